@@ -1,0 +1,242 @@
+"""The aiohttp application factory.
+
+One ``Broker`` context per worker process (``app[BROKER]``) holds the settings, the pool, the LISTEN
+notifier, the key ring, the codec, the token verifier and the supervised loops. Boot runs in the
+background: until migrations are applied and the pool answers, every ``/api`` route answers 503
+``booting`` and ``/health`` says why. A database that goes away later turns ``/health`` 503 and API
+calls into 503 ``database_unavailable``; when it returns, the same pool reconnects.
+
+Middlewares, outermost first: metrics (per route and rendered status), errors (one envelope for
+everything, never a traceback), boot flag and authentication.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+
+import asyncpg
+from aiohttp import web
+from aiohttp.web_urldispatcher import UrlDispatcher, UrlMappingMatchInfo
+
+from broker import errors
+from broker.auth import Principal, TokenVerifier
+from broker.codec import Codec
+from broker.config import Settings
+from broker.crypto import KeyRing
+from broker.loops import Loops
+from broker.metrics import HTTP_LATENCY, HTTP_REQUESTS
+from broker.store import migrate
+from broker.store.listen import Notifier
+from broker.store.pool import create_pool
+
+log = logging.getLogger("queen.app")
+
+ReadyHook = Callable[["Broker"], Awaitable[None]]
+
+
+@dataclass
+class Broker:
+    settings: Settings
+    dsn: str
+    worker_index: int = 0
+    verifier: TokenVerifier = field(init=False)
+    keyring: KeyRing = field(init=False)
+    codec: Codec = field(init=False)
+    loops: Loops = field(default_factory=Loops)
+    pool: asyncpg.Pool | None = None
+    notifier: Notifier | None = None
+    ready: bool = False
+    boot_reason: str = "starting"
+    draining: bool = False
+    _ready_hooks: list[tuple[str, ReadyHook]] = field(default_factory=list)
+    _stop_hooks: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    # Per-surface services registered by the http modules (e.g. "sweeper", "timers"); typed access is
+    # through the owning module.
+    services: dict[str, object] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.verifier = TokenVerifier(self.settings)
+        self.keyring = KeyRing(self.settings.encryption_keys)
+        self.codec = Codec(self.settings.zstd_threshold_bytes, self.settings.zstd_level)
+
+    def on_ready(self, name: str, hook: ReadyHook) -> None:
+        """Run ``hook(broker)`` once, when boot has finished (pool ready, migrations applied)."""
+        self._ready_hooks.append((name, hook))
+
+    def on_stop(self, hook: Callable[[], Awaitable[None]]) -> None:
+        """Run ``hook()`` at drain, before the loops are cancelled and the pool is closed."""
+        self._stop_hooks.append(hook)
+
+    def require_pool(self) -> asyncpg.Pool:
+        if self.pool is None or not self.ready:
+            raise errors.booting()
+        return self.pool
+
+
+BROKER: web.AppKey[Broker] = web.AppKey("broker", Broker)
+PRINCIPAL_KEY = "queen.principal"
+
+
+def principal(request: web.Request) -> Principal:
+    return request[PRINCIPAL_KEY]
+
+
+def broker(request: web.Request) -> Broker:
+    return request.app[BROKER]
+
+
+class Router(UrlDispatcher):
+    """Collapses repeated slashes before routing: the official client joins ``base_url + path``
+    without normalising, so ``http://h:6632/`` produces ``//api/v1/push``."""
+
+    _slashes = re.compile(r"/{2,}")
+
+    async def resolve(self, request: web.Request) -> UrlMappingMatchInfo:
+        path = request.rel_url.raw_path
+        if "//" in path:
+            request = request.clone(rel_url=request.rel_url.with_path(self._slashes.sub("/", path), encoded=True))
+        return await super().resolve(request)
+
+
+_DB_DOWN = (
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.TooManyConnectionsError,
+    ConnectionError,
+    OSError,
+)
+_DB_RETRY = (asyncpg.SerializationError, asyncpg.DeadlockDetectedError)
+
+
+def _http_exception_to_api(exc: web.HTTPException) -> errors.ApiError:
+    if exc.status == 404:
+        return errors.NotFound("no_such_route", "no route matches this path", code="no_such_route")
+    if exc.status == 405:
+        return errors.MethodNotAllowed("method_not_allowed", "this route does not accept this method")
+    if exc.status == 413:
+        return errors.PayloadTooLarge("body_too_large", f"the request body exceeds the limit: {exc.text}")
+    if 400 <= exc.status < 500:
+        return errors.ApiError("http_error", exc.text or exc.reason, code="bad_request", status=exc.status)
+    return errors.Unavailable("http_error", exc.text or exc.reason, code="unavailable")
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except errors.ApiError as exc:
+        err = exc
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        err = _http_exception_to_api(exc)
+    except asyncio.CancelledError:
+        raise
+    except _DB_RETRY as exc:
+        err = errors.Unavailable("database_conflict", f"the database asked to retry: {type(exc).__name__}", code="unavailable")
+    except _DB_DOWN as exc:
+        err = errors.Unavailable("database_unavailable", f"the database is unreachable: {type(exc).__name__}", code="unavailable")
+    except TimeoutError:
+        err = errors.Unavailable("timeout", "the database did not answer in time", code="unavailable")
+    except Exception:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return web.Response(body=errors.internal_envelope(), status=500, content_type="application/json")
+    return web.Response(body=err.body(), status=err.status, headers=err.headers, content_type="application/json")
+
+
+@web.middleware
+async def metrics_middleware(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+    route = request.match_info.route.resource.canonical if request.match_info.route.resource else "unmatched"
+    start = time.perf_counter()
+    status = 500
+    try:
+        resp = await handler(request)
+        status = resp.status
+        return resp
+    finally:
+        HTTP_REQUESTS.labels(route, request.method, str(status)).inc()
+        HTTP_LATENCY.labels(route, request.method).observe(time.perf_counter() - start)
+
+
+@web.middleware
+async def boot_auth_middleware(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+    if request.path.startswith("/api/") or request.path.startswith("/admin/"):
+        b = request.app[BROKER]
+        if not b.ready:
+            raise errors.booting(f"the broker is starting: {b.boot_reason}")
+        if b.draining:
+            raise errors.Unavailable("draining", "this worker is shutting down; retry", code="unavailable")
+        request[PRINCIPAL_KEY] = b.verifier.principal(request.headers.get("Authorization"))
+    return await handler(request)
+
+
+async def _boot(b: Broker) -> None:
+    """Connect, migrate, open the pool, start the notifier and the ready hooks. Retries for ever."""
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            applied = await migrate.apply_url(b.dsn)
+            if applied:
+                log.info("worker %d applied migrations %s", b.worker_index, applied)
+            b.pool = await create_pool(b.settings, b.dsn)
+            break
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            b.boot_reason = f"database not ready ({type(exc).__name__}: {exc})"
+            if attempt == 1 or attempt % 10 == 0:
+                log.warning("boot attempt %d failed: %s; retrying", attempt, b.boot_reason)
+            await asyncio.sleep(min(2.0, 0.2 * attempt))
+    b.notifier = Notifier(b.dsn)
+    b.loops.start("listen", b.notifier.run)
+    for name, hook in b._ready_hooks:
+        await hook(b)
+        log.debug("ready hook %s done", name)
+    b.ready = True
+    b.boot_reason = "ready"
+    log.info("worker %d ready", b.worker_index)
+
+
+async def _broker_ctx(app: web.Application) -> AsyncIterator[None]:
+    b = app[BROKER]
+    boot = asyncio.get_running_loop().create_task(_boot(b), name="boot")
+    yield
+    b.draining = True
+    boot.cancel()
+    try:
+        await boot
+    except (asyncio.CancelledError, Exception):
+        pass
+    for hook in reversed(b._stop_hooks):
+        try:
+            await asyncio.wait_for(hook(), timeout=b.settings.drain_timeout_s or 1)
+        except Exception:
+            log.exception("stop hook failed")
+    await b.loops.stop()
+    if b.pool is not None:
+        try:
+            await asyncio.wait_for(b.pool.close(), timeout=5)
+        except Exception:
+            b.pool.terminate()
+
+
+def create_app(settings: Settings, dsn: str, *, worker_index: int = 0) -> web.Application:
+    from broker.http import ROUTE_MODULES
+
+    app = web.Application(
+        router=Router(),
+        middlewares=[metrics_middleware, error_middleware, boot_auth_middleware],
+        client_max_size=settings.max_body_bytes,
+    )
+    app[BROKER] = Broker(settings=settings, dsn=dsn, worker_index=worker_index)
+    app.cleanup_ctx.append(_broker_ctx)
+    for module in ROUTE_MODULES:
+        module.setup(app)
+    return app

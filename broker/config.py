@@ -1,0 +1,228 @@
+"""Every setting of the broker, read from ``QUEEN_*`` environment variables in this one place.
+
+``Settings.from_env()`` is called once at start (by the CLI); the frozen object is handed down to the
+supervisor, the workers and the app. Nothing else in the code base reads the environment for settings.
+A bad value stops the start with a message naming the variable.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+
+DAY_MS = 86_400_000
+
+
+class ConfigError(ValueError):
+    """A QUEEN_* variable holds a value the broker cannot run with."""
+
+
+def _int(env: Mapping[str, str], name: str, default: int, lo: int | None = None, hi: int | None = None) -> int:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError as exc:
+        raise ConfigError(f"{name}={raw!r} is not an integer") from exc
+    if lo is not None and value < lo:
+        raise ConfigError(f"{name}={value} is below the minimum {lo}")
+    if hi is not None and value > hi:
+        raise ConfigError(f"{name}={value} is above the maximum {hi}")
+    return value
+
+
+def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name}={raw!r} is not a boolean (use 1/0, true/false)")
+
+
+def _str(env: Mapping[str, str], name: str, default: str | None) -> str | None:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    return raw.strip()
+
+
+def _key_ring(raw: str | None) -> tuple[tuple[str, bytes], ...]:
+    """``QUEEN_ENCRYPTION_KEYS="k2:<base64 32 bytes>,k1:<base64 32 bytes>"``: the first key encrypts,
+    every key decrypts. A single bare base64 key (no id) is accepted and gets the id ``default``."""
+    import base64
+    import binascii
+
+    if not raw:
+        return ()
+    ring: list[tuple[str, bytes]] = []
+    for part in raw.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        key_id, sep, b64 = part.partition(":")
+        if not sep:
+            key_id, b64 = "default", part
+        try:
+            key = base64.b64decode(b64, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise ConfigError(f"QUEEN_ENCRYPTION_KEYS: key {key_id!r} is not valid base64") from exc
+        if len(key) != 32:
+            raise ConfigError(f"QUEEN_ENCRYPTION_KEYS: key {key_id!r} must be 32 bytes (AES-256), got {len(key)}")
+        if any(k == key_id for k, _ in ring):
+            raise ConfigError(f"QUEEN_ENCRYPTION_KEYS: key id {key_id!r} appears twice")
+        ring.append((key_id, key))
+    return tuple(ring)
+
+
+@dataclass(frozen=True)
+class Settings:
+    # --- listening and processes
+    host: str = "127.0.0.1"
+    port: int = 6632
+    workers: int = field(default_factory=lambda: os.cpu_count() or 1)
+    drain_timeout_s: int = 10
+    # --- database
+    database_url: str | None = None
+    data_dir: Path = Path(".queen")
+    pool_min: int = 2
+    pool_max: int = 10
+    # --- HTTP
+    max_body_bytes: int = 8 * 1024 * 1024
+    # --- auth: off unless a secret or a public key is given
+    jwt_secret: str | None = None
+    jwt_public_key_file: str | None = None
+    jwt_algorithms: tuple[str, ...] = ("HS256", "EdDSA", "RS256")
+    default_tenant: str = "default"
+    default_sub: str = "anonymous"
+    # --- encryption at rest (key ring, first encrypts)
+    encryption_keys: tuple[tuple[str, bytes], ...] = ()
+    # --- payload compression: payloads at least this large are stored zstd-compressed
+    zstd_threshold_bytes: int = 1024
+    zstd_level: int = 3
+    # --- timers and the sweeper
+    timers_horizon_ms: int = 90 * DAY_MS
+    timers_max_ops: int = 256
+    sweeper_enabled: bool = True
+    sweeper_lease_ms: int = 30_000
+    sweeper_min_sleep_ms: int = 5
+    sweeper_max_sleep_ms: int = 1_000
+    sweeper_batch: int = 1_000
+    sweeper_max_attempts: int = 5
+    sweeper_backoff_base_ms: int = 500
+    sweeper_backoff_cap_ms: int = 300_000
+    # --- cell-wide limits (a tenant's plan can only narrow these)
+    max_payload_bytes: int = 1024 * 1024
+    timers_row_quota: int = 1_000_000
+    rate_limit_per_s: int = 0  # 0 = unlimited
+    period_quota_messages: int = 0  # 0 = unlimited
+    period_seconds: int = 30 * 86_400
+    storage_quota_bytes: int = 0  # 0 = unlimited
+    limits_refresh_ms: int = 1_000
+    # --- KV
+    kv_max_ops: int = 256
+    kv_prune_interval_ms: int = 5_000
+    kv_prune_batch: int = 1_000
+    # --- message log
+    pop_default_batch: int = 200
+    lease_extend_s: int = 60
+    # --- operations
+    test_hooks: bool = False
+    log_level: str = "INFO"
+    metrics_dir: str | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        cpu = os.cpu_count() or 1
+        s = cls(
+            host=_str(env, "QUEEN_HOST", "127.0.0.1") or "127.0.0.1",
+            port=_int(env, "QUEEN_PORT", 6632, 0, 65535),
+            workers=_int(env, "QUEEN_WORKERS", cpu, 1, 256),
+            drain_timeout_s=_int(env, "QUEEN_DRAIN_TIMEOUT_S", 10, 0, 3600),
+            database_url=_str(env, "QUEEN_DATABASE_URL", None),
+            data_dir=Path(_str(env, "QUEEN_DATA_DIR", ".queen") or ".queen"),
+            pool_min=_int(env, "QUEEN_POOL_MIN", 2, 1, 1000),
+            pool_max=_int(env, "QUEEN_POOL_MAX", 10, 1, 1000),
+            max_body_bytes=_int(env, "QUEEN_MAX_BODY_BYTES", 8 * 1024 * 1024, 1024),
+            jwt_secret=_str(env, "QUEEN_JWT_SECRET", None),
+            jwt_public_key_file=_str(env, "QUEEN_JWT_PUBLIC_KEY_FILE", None),
+            default_tenant=_str(env, "QUEEN_DEFAULT_TENANT", "default") or "default",
+            default_sub=_str(env, "QUEEN_DEFAULT_SUB", "anonymous") or "anonymous",
+            encryption_keys=_key_ring(_str(env, "QUEEN_ENCRYPTION_KEYS", None)),
+            zstd_threshold_bytes=_int(env, "QUEEN_ZSTD_THRESHOLD_BYTES", 1024, 0),
+            zstd_level=_int(env, "QUEEN_ZSTD_LEVEL", 3, 1, 22),
+            timers_horizon_ms=_int(env, "QUEEN_TIMERS_HORIZON_MS", 90 * DAY_MS, 1),
+            timers_max_ops=_int(env, "QUEEN_TIMERS_MAX_OPS", 256, 1, 10_000),
+            sweeper_enabled=_bool(env, "QUEEN_SWEEPER_ENABLED", True),
+            sweeper_lease_ms=_int(env, "QUEEN_SWEEPER_LEASE_MS", 30_000, 100),
+            sweeper_min_sleep_ms=_int(env, "QUEEN_SWEEPER_MIN_SLEEP_MS", 5, 0),
+            sweeper_max_sleep_ms=_int(env, "QUEEN_SWEEPER_MAX_SLEEP_MS", 1_000, 1),
+            sweeper_batch=_int(env, "QUEEN_SWEEPER_BATCH", 1_000, 1, 100_000),
+            sweeper_max_attempts=_int(env, "QUEEN_SWEEPER_MAX_ATTEMPTS", 5, 1, 1000),
+            sweeper_backoff_base_ms=_int(env, "QUEEN_SWEEPER_BACKOFF_BASE_MS", 500, 1),
+            sweeper_backoff_cap_ms=_int(env, "QUEEN_SWEEPER_BACKOFF_CAP_MS", 300_000, 1),
+            max_payload_bytes=_int(env, "QUEEN_MAX_PAYLOAD_BYTES", 1024 * 1024, 1),
+            timers_row_quota=_int(env, "QUEEN_TIMERS_ROW_QUOTA", 1_000_000, 0),
+            rate_limit_per_s=_int(env, "QUEEN_RATE_LIMIT_PER_S", 0, 0),
+            period_quota_messages=_int(env, "QUEEN_PERIOD_QUOTA_MESSAGES", 0, 0),
+            period_seconds=_int(env, "QUEEN_PERIOD_SECONDS", 30 * 86_400, 1),
+            storage_quota_bytes=_int(env, "QUEEN_STORAGE_QUOTA_BYTES", 0, 0),
+            limits_refresh_ms=_int(env, "QUEEN_LIMITS_REFRESH_MS", 1_000, 10),
+            kv_max_ops=_int(env, "QUEEN_KV_MAX_OPS_PER_CALL", 256, 1, 10_000),
+            kv_prune_interval_ms=_int(env, "QUEEN_KV_PRUNE_INTERVAL_MS", 5_000, 10),
+            kv_prune_batch=_int(env, "QUEEN_KV_PRUNE_BATCH", 1_000, 1),
+            pop_default_batch=_int(env, "QUEEN_POP_DEFAULT_BATCH", 200, 1, 10_000),
+            lease_extend_s=_int(env, "QUEEN_LEASE_EXTEND_S", 60, 1),
+            test_hooks=_bool(env, "QUEEN_TEST_HOOKS", False),
+            log_level=(_str(env, "QUEEN_LOG_LEVEL", "INFO") or "INFO").upper(),
+            metrics_dir=_str(env, "PROMETHEUS_MULTIPROC_DIR", None),
+        )
+        s.validate()
+        return s
+
+    def validate(self) -> None:
+        if self.sweeper_min_sleep_ms > self.sweeper_max_sleep_ms:
+            raise ConfigError("QUEEN_SWEEPER_MIN_SLEEP_MS must not exceed QUEEN_SWEEPER_MAX_SLEEP_MS")
+        if self.pool_min > self.pool_max:
+            raise ConfigError("QUEEN_POOL_MIN must not exceed QUEEN_POOL_MAX")
+        if self.jwt_public_key_file and not Path(self.jwt_public_key_file).is_file():
+            raise ConfigError(f"QUEEN_JWT_PUBLIC_KEY_FILE={self.jwt_public_key_file!r} is not a readable file")
+        if self.log_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+            raise ConfigError(f"QUEEN_LOG_LEVEL={self.log_level!r} is not one of DEBUG, INFO, WARNING, ERROR")
+
+    @property
+    def auth_enabled(self) -> bool:
+        return bool(self.jwt_secret or self.jwt_public_key_file)
+
+    def with_(self, **changes: object) -> Settings:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    def describe(self) -> dict[str, object]:
+        """Settings for a start-up log line, secrets masked."""
+        out: dict[str, object] = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name in ("jwt_secret",) and v:
+                v = "***"
+            elif f.name == "encryption_keys":
+                v = [k for k, _ in v]
+            elif f.name == "database_url" and v:
+                v = _mask_url(str(v))
+            out[f.name] = str(v) if isinstance(v, Path) else v
+        return out
+
+
+def _mask_url(url: str) -> str:
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        user = creds.split(":", 1)[0]
+        return f"{scheme}://{user}:***@{host}"
+    return url

@@ -1,0 +1,9 @@
+"""HTTP surfaces, one module per surface: parse + validate, call the domain, render. No SQL here.
+
+Each module exposes ``setup(app)`` that adds its routes (and registers its background loops with
+``Broker.on_ready``). ``ROUTE_MODULES`` is the one list the app factory walks.
+"""
+
+from broker.http import health, metrics
+
+ROUTE_MODULES = [health, metrics]

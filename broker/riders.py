@@ -1,0 +1,52 @@
+"""Transaction riders: the ``kv`` and ``timers`` arrays of ``POST /api/v1/transaction``.
+
+The transaction route (message log) owns the bundle: it parses the body, opens ONE database
+transaction, applies pushes and acks, then hands each rider its ops on the same connection. Riders
+register themselves at import (``register``); the transaction code never imports kv or timers.
+
+Flow for a rider named N whose array is present in the body:
+  1. ``parsed = rider.parse(ops, principal, broker)``   before any SQL; raises ``ApiError`` (400...)
+  2. ``await rider.admit(parsed, principal, broker)``   limits/kill switches; raises ``ApiError``
+  3. ``results = await rider.apply(conn, parsed, principal, broker, base_index)`` inside the
+     transaction; returns one result dict per op (each carries ``"type"``: ``"kv"`` or ``"timer"``,
+     and ``"index"`` = ``base_index + i`` in the flat result space). To roll the whole bundle back
+     with a 200 answer (a lost ``required`` KV precondition) raise ``RiderAbort(body)``; the
+     transaction route rolls back and answers ``body`` with HTTP 200.
+Order of riders in results: kv first, then timers (PROTOCOL §2.6).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import asyncpg
+
+
+class RiderAbort(Exception):
+    """Roll the bundle back and answer ``body`` with HTTP 200 (e.g. a lost required KV precondition)."""
+
+    def __init__(self, body: dict[str, Any]) -> None:
+        super().__init__(body.get("reason", "rider_abort"))
+        self.body = body
+
+
+class Rider(Protocol):
+    name: str
+
+    def parse(self, ops: Any, principal: Any, broker: Any) -> Any: ...
+
+    async def admit(self, parsed: Any, principal: Any, broker: Any) -> None: ...
+
+    async def apply(
+        self, conn: asyncpg.Connection, parsed: Any, principal: Any, broker: Any, base_index: int
+    ) -> list[dict[str, Any]]: ...
+
+
+RIDERS: dict[str, Rider] = {}
+ORDER = ("kv", "timers")
+
+
+def register(rider: Rider) -> None:
+    if rider.name not in ORDER:
+        raise ValueError(f"unknown rider {rider.name!r}; known: {ORDER}")
+    RIDERS[rider.name] = rider

@@ -1,0 +1,35 @@
+"""The asyncpg pool: JSON codecs via orjson, a statement timeout, sizes from Settings."""
+
+from __future__ import annotations
+
+import asyncpg
+import orjson
+
+from broker.config import Settings
+
+
+def _dumps(v: object) -> str:
+    return orjson.dumps(v).decode()
+
+
+async def init_connection(conn: asyncpg.Connection) -> None:
+    await conn.set_type_codec("jsonb", encoder=_dumps, decoder=orjson.loads, schema="pg_catalog")
+    await conn.set_type_codec("json", encoder=_dumps, decoder=orjson.loads, schema="pg_catalog")
+
+
+async def create_pool(settings: Settings, dsn: str, *, min_size: int | None = None, max_size: int | None = None) -> asyncpg.Pool:
+    return await asyncpg.create_pool(
+        dsn,
+        min_size=settings.pool_min if min_size is None else min_size,
+        max_size=settings.pool_max if max_size is None else max_size,
+        init=init_connection,
+        command_timeout=60,
+        max_inactive_connection_lifetime=300,
+        server_settings={"application_name": "queen-broker", "timezone": "UTC"},
+    )
+
+
+async def connect(dsn: str) -> asyncpg.Connection:
+    conn = await asyncpg.connect(dsn, server_settings={"application_name": "queen-broker", "timezone": "UTC"})
+    await init_connection(conn)
+    return conn

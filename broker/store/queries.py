@@ -1,0 +1,75 @@
+"""Named queries: ``sql/queries/*.sql`` files hold blocks that start with ``-- name: <name>``.
+
+Loaded once at start into ``QUERIES``; code refers to a query by its name (``Q.timer_schedule``), so SQL
+never lives in f-strings next to handlers. A duplicate name across files is an error at load time.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+SQL_DIR = Path(__file__).resolve().parent.parent.parent / "sql"
+_NAME = re.compile(r"^--\s*name:\s*([A-Za-z_][A-Za-z0-9_]*)\s*$")
+
+
+class QueryError(LookupError):
+    pass
+
+
+def parse(text: str, source: str = "<string>") -> dict[str, str]:
+    out: dict[str, str] = {}
+    name: str | None = None
+    buf: list[str] = []
+
+    def flush() -> None:
+        if name is not None:
+            sql = "\n".join(buf).strip()
+            if not sql:
+                raise QueryError(f"{source}: query {name!r} is empty")
+            if name in out:
+                raise QueryError(f"{source}: query {name!r} defined twice")
+            out[name] = sql
+
+    for line in text.splitlines():
+        m = _NAME.match(line.strip())
+        if m:
+            flush()
+            name, buf = m.group(1), []
+        elif name is not None:
+            buf.append(line)
+    flush()
+    return out
+
+
+class Queries:
+    """Attribute access to named queries: ``Q.push_messages``."""
+
+    def __init__(self, queries: dict[str, str]) -> None:
+        self._q = queries
+
+    def __getattr__(self, name: str) -> str:
+        try:
+            return self._q[name]
+        except KeyError:
+            raise QueryError(f"no named query {name!r} in {SQL_DIR / 'queries'}") from None
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._q
+
+    def names(self) -> list[str]:
+        return sorted(self._q)
+
+
+def load(directory: Path | None = None) -> Queries:
+    directory = directory or SQL_DIR / "queries"
+    merged: dict[str, str] = {}
+    for path in sorted(directory.glob("*.sql")):
+        for name, sql in parse(path.read_text(), str(path)).items():
+            if name in merged:
+                raise QueryError(f"{path}: query {name!r} already defined in another file")
+            merged[name] = sql
+    return Queries(merged)
+
+
+Q = load()
