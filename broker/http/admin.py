@@ -1,0 +1,53 @@
+"""Small identity and admin routes.
+
+- ``GET /api/v1/whoami``: any authenticated principal; what the broker made of its credential:
+  ``{"tenant", "sub", "grants"}`` (only the grants it recognises, sorted).
+- ``GET /api/v1/admin/ping``: the ``admin`` grant; the cheapest way to check an admin token.
+  ``POST /api/v1/admin/ping`` with an optional JSON object body answers it back under ``"echo"`` (it
+  goes through the same body parsing as every other route: content type, size limit, envelope).
+- ``GET /api/v1/test/sleep?ms=N``: a request that takes N ms (at most 60 000) to answer, for drain
+  tests. Refused with 403 ``test_hooks_disabled`` unless ``QUEEN_TEST_HOOKS=1``.
+
+Other surfaces add their own admin routes in their own modules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+
+from broker.app import BROKER, principal
+from broker.errors import Forbidden
+from broker.http.wire import json_response, q_int, read_object
+
+MAX_SLEEP_MS = 60_000
+
+
+async def whoami(request: web.Request) -> web.Response:
+    p = principal(request)
+    return json_response({"tenant": p.tenant, "sub": p.sub, "grants": sorted(p.grants)})
+
+
+async def admin_ping(request: web.Request) -> web.Response:
+    p = principal(request)
+    p.require("admin")
+    body: dict[str, object] = {"ok": True, "tenant": p.tenant, "sub": p.sub}
+    if request.method == "POST":
+        body["echo"] = await read_object(request, allow_empty=True)
+    return json_response(body)
+
+
+async def test_sleep(request: web.Request) -> web.Response:
+    if not request.app[BROKER].settings.test_hooks:
+        raise Forbidden("test_hooks_disabled", "test hooks are off; start the broker with QUEEN_TEST_HOOKS=1")
+    ms = q_int(request, "ms", 1_000, lo=0, hi=MAX_SLEEP_MS)
+    await asyncio.sleep(ms / 1000)
+    return json_response({"slept_ms": ms, "worker_id": request.app[BROKER].worker_index})
+
+
+def setup(app: web.Application) -> None:
+    app.router.add_get("/api/v1/whoami", whoami)
+    app.router.add_get("/api/v1/admin/ping", admin_ping)
+    app.router.add_post("/api/v1/admin/ping", admin_ping)
+    app.router.add_get("/api/v1/test/sleep", test_sleep)
