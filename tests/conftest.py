@@ -142,3 +142,16 @@ def http(broker: LocalBroker) -> Iterator[httpx.Client]:
 async def ahttp(broker: LocalBroker):  # type: ignore[no-untyped-def]
     async with httpx.AsyncClient(base_url=broker.url, timeout=30) as client:
         yield client
+
+
+@pytest.fixture(scope="session")
+def controlled_pg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgServer]:
+    """An embedded PostgreSQL of its own (own data dir) that a test may stop and start:
+    ``controlled_pg.controller.pg_ctl("stop")`` / ``pg_ctl("start")`` then ``refresh()``. It has no
+    template: ``new_db(template=False)`` gives an empty database a broker migrates at boot. Tests must
+    leave it running."""
+    from broker.store import embedded
+
+    emb = embedded.start(Path(tmp_path_factory.mktemp("controlled-pg")))
+    yield PgServer(emb.dsn(), emb.dsn, controller=emb)
+    emb.stop()

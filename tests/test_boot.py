@@ -1,0 +1,64 @@
+"""The boot flag: a broker started before its database is up answers 503 ``booting`` on /health and on
+every /api route (with Retry-After), and turns ready by itself once the database comes up: no restart,
+same worker processes, migrations applied at boot."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+
+from broker.localserver import http_get
+
+
+def _booting_on_every_worker(url: str, workers: int, timeout: float = 20.0) -> dict[int, dict]:
+    seen: dict[int, dict] = {}
+    deadline = time.monotonic() + timeout
+    while len(seen) < workers and time.monotonic() < deadline:
+        try:
+            status, body = http_get(url + "/health", timeout=1.0)
+        except OSError:
+            time.sleep(0.05)
+            continue
+        assert status == 503, body
+        seen[int(body["worker_id"])] = body
+    assert len(seen) == workers, f"only workers {sorted(seen)} answered /health while booting"
+    return seen
+
+
+def test_booting_until_the_database_comes_up(controlled_pg, start_broker):
+    ctl = controlled_pg.controller
+    dsn = controlled_pg.new_db(template=False)  # empty: the broker must migrate it at boot
+    ctl.pg_ctl("stop")
+    try:
+        b = start_broker(dsn=dsn, wait=False)
+        for body in _booting_on_every_worker(b.url, 2).values():
+            assert body["status"] == "booting"
+            assert "database not ready" in body["reason"] or body["reason"] == "starting"
+        with httpx.Client(base_url=b.url, timeout=5) as c:
+            h = c.get("/health")
+            assert h.status_code == 503 and h.headers["Retry-After"].isdigit()
+            for method, path in (("GET", "/api/v1/whoami"), ("POST", "/api/v1/admin/ping"), ("GET", "/api/v1/no-such-route")):
+                r = c.request(method, path)
+                assert r.status_code == 503, (path, r.text)
+                assert r.json()["error"] == "booting"
+                assert r.json()["reason"] == "booting"
+                assert int(r.headers["Retry-After"]) >= 1
+            # Still booting a little later: the flag does not flip on its own.
+            time.sleep(0.5)
+            assert c.get("/api/v1/whoami").json()["error"] == "booting"
+        master, workers = b.proc.pid, sorted(b.worker_pids())
+        assert len(workers) == 2
+    finally:
+        ctl.pg_ctl("start")
+        ctl.refresh()
+    started = time.monotonic()
+    b.wait_ready(timeout=30)
+    recovered_s = time.monotonic() - started
+    assert b.proc.poll() is None and b.proc.pid == master
+    assert sorted(b.worker_pids()) == workers, "the broker recovered by restarting workers"
+    assert recovered_s < 15
+    with httpx.Client(base_url=b.url, timeout=5) as c:
+        r = c.get("/api/v1/whoami")
+        assert r.status_code == 200 and r.json()["tenant"] == "default"
+    assert "died" not in b.tail(200)
