@@ -27,6 +27,9 @@ log = logging.getLogger("queen.supervisor")
 # A worker that dies this many times within RESTART_WINDOW_S is restarted with a pause in between.
 RESTART_BURST = 5
 RESTART_WINDOW_S = 10.0
+# A restarted worker accepts connections only once it has booted (or after this long), so the workers
+# still running serve the traffic meanwhile instead of the newcomer answering 503 booting.
+RESTART_READY_WAIT_S = 10.0
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -40,7 +43,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def worker_main(settings: Settings, sock: socket.socket, dsn: str, index: int) -> None:
+def worker_main(settings: Settings, sock: socket.socket, dsn: str, index: int, restarted: bool = False) -> None:
     """Entry point of a worker process (forked)."""
     import asyncio
 
@@ -62,6 +65,10 @@ def worker_main(settings: Settings, sock: socket.socket, dsn: str, index: int) -
         app = create_app(settings, dsn, worker_index=index)
         runner = web.AppRunner(app, handle_signals=False, access_log=None)
         await runner.setup()
+        if restarted:
+            deadline = time.monotonic() + RESTART_READY_WAIT_S
+            while not app[BROKER].ready and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
         site = web.SockSite(runner, sock, shutdown_timeout=float(settings.drain_timeout_s))
         await site.start()
         stop = asyncio.Event()
@@ -97,7 +104,10 @@ class Supervisor:
     def _spawn(self, index: int, deaths: list[float] | None = None) -> None:
         assert self.sock is not None
         proc = self._ctx.Process(
-            target=worker_main, args=(self.settings, self.sock, self.dsn, index), name=f"queen-worker-{index}", daemon=False
+            target=worker_main,
+            args=(self.settings, self.sock, self.dsn, index, deaths is not None),
+            name=f"queen-worker-{index}",
+            daemon=False,
         )
         proc.start()
         self._slots[index] = _Slot(index, proc, time.monotonic(), deaths or [])
@@ -138,6 +148,12 @@ class Supervisor:
         return 0
 
     def _drain(self) -> None:
+        # The master's copy of the listening socket goes first: once each worker has closed its own
+        # (aiohttp stops the site before waiting for in-flight requests) new connections are refused
+        # instead of queueing in a backlog nobody will serve.
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
         for slot in self._slots.values():
             if slot.proc.is_alive() and slot.proc.pid:
                 try:
@@ -151,8 +167,6 @@ class Supervisor:
                 log.error("worker %d did not drain in time; killing it", slot.index)
                 slot.proc.kill()
                 slot.proc.join(2)
-        if self.sock is not None:
-            self.sock.close()
         log.info("all workers stopped")
 
 
