@@ -1,0 +1,358 @@
+"""``queen loadtest``: run a scenario against a broker, write the CSVs, a JSON summary and plots.
+
+    queen loadtest SCENARIO [--url U] [--rate R] [--users N] [--duration D] [--out DIR] [--distributed K]
+    queen loadtest capacity --slo-p99-ms 50 [--rates 250,500,1000,...] [--step-duration 20]
+
+Scenarios: ``timers_lag``, ``timers_schedule``, ``push_pop`` (Locust, headless, in a child process) and
+``outage_deadlines`` (an asyncio program, see its module docstring). Without ``--url`` a broker is
+started for the run (``broker.localserver.LocalBroker``, embedded PostgreSQL in a temporary directory)
+and stopped afterwards. Traffic goes only to that broker or to the URL given. Every run is bounded: the
+Locust child gets ``-t`` and is killed if it overstays by a minute.
+
+``--distributed K`` runs one Locust master and K worker processes on this machine (the same command
+lines work across machines: see README, "Load and capacity harness").
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from loadtest import report
+
+HERE = Path(__file__).resolve().parent
+LOCUST_SCENARIOS = {
+    "timers_lag": {"file": "timers_lag.py", "users": 4, "duration": 30},
+    "timers_schedule": {"file": "timers_schedule.py", "users": 8, "duration": 30},
+    "push_pop": {"file": "push_pop.py", "users": 6, "duration": 30},
+}
+SCENARIOS = (*LOCUST_SCENARIOS, "outage_deadlines", "capacity")
+DEFAULT_CAPACITY_RATES = (250, 500, 1000, 1500, 2000, 3000, 4000, 6000, 8000)
+
+
+# ---- the broker under test
+@contextlib.contextmanager
+def target(url: str | None, broker_workers: int, log_dir: Path) -> Iterator[str]:
+    """Yield the URL to load: the one given, or a local broker started (and stopped) for this run."""
+    if url:
+        yield url.rstrip("/")
+        return
+    from broker.localserver import LocalBroker
+
+    data = Path(tempfile.mkdtemp(prefix="queen-loadtest-"))
+    b = LocalBroker(data_dir=data, workers=broker_workers, log_path=log_dir / "broker.log")
+    print(f"loadtest: starting a local broker ({broker_workers} workers, embedded PostgreSQL in {data})", flush=True)
+    try:
+        b.start(timeout=120)
+        yield b.url
+    finally:
+        b.stop()
+        shutil.rmtree(data, ignore_errors=True)
+
+
+# ---- one Locust run
+def locust_cmd(scenario: str, url: str, users: int, duration: float, prefix: Path, extra: list[str]) -> list[str]:
+    spec = LOCUST_SCENARIOS[scenario]
+    return [
+        sys.executable, "-m", "locust", "-f", str(HERE / spec["file"]), "--headless",
+        "-u", str(users), "-r", str(users), "-t", f"{int(round(duration))}s", "--host", url,
+        "--csv", str(prefix), "--csv-full-history", "--only-summary", "--stop-timeout", "5",
+        "--prom-out", f"{prefix}_metrics.json", "--loglevel", "WARNING", *extra,
+    ]
+
+
+def run_locust(scenario: str, url: str, users: int, duration: float, out: Path, extra: list[str],
+               distributed: int = 0) -> int:
+    prefix = out / scenario
+    cmd = locust_cmd(scenario, url, users, duration, prefix, extra)
+    log = open(out / "locust.log", "ab")  # noqa: SIM115 - shared by the child processes, closed below
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    workers: list[subprocess.Popen[bytes]] = []
+    try:
+        if distributed > 0:
+            from broker.localserver import free_port
+
+            port = free_port()
+            cmd += ["--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
+                    "--expect-workers", str(distributed), "--expect-workers-max-wait", "60"]
+            master = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            for _ in range(distributed):
+                workers.append(subprocess.Popen(
+                    [sys.executable, "-m", "locust", "-f", str(HERE / LOCUST_SCENARIOS[scenario]["file"]), "--worker",
+                     "--master-host", "127.0.0.1", "--master-port", str(port), "--loglevel", "WARNING"],
+                    stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
+            proc = master
+        else:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=duration + 90)
+        except subprocess.TimeoutExpired:
+            print(f"loadtest: locust overstayed {duration + 90:.0f} s; stopping it", file=sys.stderr)
+            _kill(proc)
+            rc = -1
+        for w in workers:
+            try:
+                w.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                _kill(w)
+        return rc
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                _kill(w)
+        log.close()
+
+
+def _kill(p: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(p.pid, signal.SIGTERM)
+    try:
+        p.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)
+        p.wait(timeout=5)
+
+
+# ---- summaries per scenario
+def summarize_timers_lag(out: Path, target_rate: float, duration: float, window_ms: int) -> dict[str, Any]:
+    prefix = out / "timers_lag"
+    stats = report.read_stats(prefix)
+    points = report.read_timeline(Path(f"{prefix}_metrics.json"))
+    sched_s = max(1.0, duration - window_ms / 1000.0 - 2.0)
+    sched = report.row(stats, "POST", "POST /api/v1/timers") or {}
+    fire = report.row(stats, "FIRE_LAG") or {}
+    deliv = report.row(stats, "DELIVERY_LAG") or {}
+    scheduled = int(sched.get("items") or 0)
+    fired = report.counter_delta(points, "queen_timers_fired_total")
+    received = int(deliv.get("requests") or 0)
+    return {
+        "scenario": "timers_lag",
+        "target_rate": target_rate,
+        "schedule_seconds": sched_s,
+        "scheduled": scheduled,
+        "schedule_rate": round(scheduled / sched_s, 1),
+        "fired": int(fired),
+        "fire_rate": round(fired / sched_s, 1),
+        "received": received,
+        "schedule_failures": int(sched.get("failures") or 0),
+        "schedule_request_ms": {k: sched.get(k) for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms")},
+        "fire_lag": report.fire_lag_summary(points),
+        "fire_lag_per_message": {k: fire.get(k) for k in ("requests", "p50_ms", "p90_ms", "p99_ms", "max_ms")},
+        "delivery_lag": {k: deliv.get(k) for k in ("requests", "p50_ms", "p90_ms", "p99_ms", "max_ms")},
+    }
+
+
+def lag_table(s: dict[str, Any]) -> str:
+    fl, pm, dl = s["fire_lag"], s["fire_lag_per_message"], s["delivery_lag"]
+    rows = [
+        ["fire lag, broker histogram", fl.get("count"), fl.get("p50_ms"), fl.get("p90_ms"), fl.get("p99_ms"),
+         f"<= {fl.get('max_le_ms')}" if fl.get("max_le_ms") is not None else None],
+        ["fire lag, createdAt - deliverAt", pm.get("requests"), pm.get("p50_ms"), pm.get("p90_ms"), pm.get("p99_ms"), pm.get("max_ms")],
+        ["delivery lag, receipt - deliverAt", dl.get("requests"), dl.get("p50_ms"), dl.get("p90_ms"), dl.get("p99_ms"), dl.get("max_ms")],
+    ]
+    t = report.format_table(["lag (ms)", "count", "p50", "p90", "p99", "max"], rows)
+    return (t + f"\ntarget {s['target_rate']:g}/s: scheduled {s['scheduled']} ({s['schedule_rate']:g}/s over "
+            f"{s['schedule_seconds']:g} s), fired {s['fired']} ({s['fire_rate']:g}/s), received {s['received']}, "
+            f"schedule failures {s['schedule_failures']}")
+
+
+def write_locust_report(scenario: str, out: Path, args: argparse.Namespace, url: str, rc: int) -> dict[str, Any]:
+    prefix = out / scenario
+    stats = report.read_stats(prefix)
+    history = report.read_history(prefix)
+    points = report.read_timeline(Path(f"{prefix}_metrics.json"))
+    summary: dict[str, Any] = {"scenario": scenario, "url": url, "users": args.users, "duration_s": args.duration,
+                               "locust_exit_code": rc, "requests": stats, "failures": report.read_failures(prefix)}
+    plots = []
+    if scenario == "timers_lag":
+        summary.update(summarize_timers_lag(out, args.rate, args.duration, args.window_ms))
+        plots.append(report.plot_lag(out, points, history, f"timers_lag at {args.rate:g} timers/s"))
+        plots.append(report.plot_rates(out, [
+            ("scheduled/s (accepted by the broker)", report.items_rate_series(history, "POST", "POST /api/v1/timers")),
+            ("fired/s (queen_timers_fired_total)", report.rate_series(points, "queen_timers_fired_total")),
+        ], args.rate, "timers_lag: achieved vs target rate", "timers per second"))
+    elif scenario == "timers_schedule":
+        lines = [(f"{n}-op batches: timers/s", report.items_rate_series(history, "POST", f"POST /api/v1/timers [{n}]"))
+                 for n in (1, 16, 256)]
+        plots.append(report.plot_rates(out, lines, None, "timers_schedule: timers accepted per second", "timers per second"))
+        per_batch = {}
+        for n in (1, 16, 256):
+            r = report.row(stats, "POST", f"POST /api/v1/timers [{n}]") or {}
+            per_batch[str(n)] = {"requests": r.get("requests"), "timers": r.get("items"),
+                                 "timers_per_s": round((r.get("rps") or 0) * (r.get("avg_size") or 0), 1),
+                                 "p50_ms": r.get("p50_ms"), "p99_ms": r.get("p99_ms")}
+        summary["schedule"] = per_batch
+        c = report.row(stats, "DELETE") or {}
+        summary["cancel"] = {"requests": c.get("requests"), "failures": c.get("failures"), "rps": c.get("rps"),
+                             "p50_ms": c.get("p50_ms"), "p99_ms": c.get("p99_ms")}
+    elif scenario == "push_pop":
+        push = next((r for r in stats if r["name"].startswith("POST /api/v1/push")), {})
+        pop = report.row(stats, "GET", "GET /api/v1/pop") or {}
+        ack = report.row(stats, "POST", "POST /api/v1/ack/batch") or {}
+        summary["push_msgs_per_s"] = round((push.get("rps") or 0) * (push.get("avg_size") or 0), 1)
+        summary["pop_msgs_per_s"] = round((pop.get("rps") or 0) * (pop.get("avg_size") or 0), 1)
+        summary["ack_msgs_per_s"] = round((ack.get("rps") or 0) * (ack.get("avg_size") or 0), 1)
+        plots.append(report.plot_rates(out, [
+            ("pushed msgs/s", report.items_rate_series(history, "POST", push.get("name", ""))),
+            ("popped msgs/s", report.items_rate_series(history, "GET", "GET /api/v1/pop")),
+            ("acked msgs/s", report.items_rate_series(history, "POST", "POST /api/v1/ack/batch")),
+        ], None, "push_pop: messages per second", "messages per second"))
+    summary["plots"] = [str(p) for p in plots if p]
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    print(f"\n== {scenario}: {url}, {args.users} users, {args.duration:g} s ==")
+    print(report.stats_table(stats))
+    if scenario == "timers_lag":
+        print()
+        print(lag_table(summary))
+    elif scenario == "push_pop":
+        print(f"\npush {summary['push_msgs_per_s']:g} msg/s, pop {summary['pop_msgs_per_s']:g} msg/s, "
+              f"ack {summary['ack_msgs_per_s']:g} msg/s")
+    if summary["failures"]:
+        print("\nfailures:")
+        for f in summary["failures"][:10]:
+            print(f"  {f['occurrences']:>6} x {f['method']} {f['name']}: {f['error'][:160]}")
+    print(f"\nwritten: {out}/ (CSV, summary.json, {', '.join(Path(p).name for p in summary['plots']) or 'no plots'})")
+    return summary
+
+
+# ---- capacity
+def capacity(args: argparse.Namespace, url: str, out: Path) -> dict[str, Any]:
+    rates = [float(x) for x in args.rates.split(",")] if args.rates else list(DEFAULT_CAPACITY_RATES)
+    steps: list[dict[str, Any]] = []
+    held: dict[str, Any] | None = None
+    broke: dict[str, Any] | None = None
+    for rate in rates:
+        step_out = out / f"step-{int(rate)}"
+        step_out.mkdir(parents=True, exist_ok=True)
+        users = max(2, min(16, int(rate // 250) + 2))
+        extra = ["--timer-rate", str(rate), "--window-ms", str(args.window_ms)]
+        rc = run_locust("timers_lag", url, users, args.step_duration, step_out, extra)
+        s = summarize_timers_lag(step_out, rate, args.step_duration, args.window_ms)
+        p99 = s["fire_lag"].get("p99_ms")
+        reasons = []
+        if p99 is None:
+            reasons.append("no timer fired")
+        elif p99 > args.slo_p99_ms:
+            reasons.append(f"fire-lag p99 {p99:g} ms > SLO {args.slo_p99_ms:g} ms")
+        if s["schedule_rate"] < args.hold_fraction * rate:
+            reasons.append(f"scheduled {s['schedule_rate']:g}/s < {args.hold_fraction:.0%} of target")
+        if s["fire_rate"] < args.hold_fraction * rate:
+            reasons.append(f"fired {s['fire_rate']:g}/s < {args.hold_fraction:.0%} of target")
+        step = {"target_rate": rate, "users": users, "locust_exit_code": rc, "held": not reasons, "reasons": reasons,
+                **{k: s[k] for k in ("schedule_rate", "fire_rate", "scheduled", "fired", "fire_lag", "delivery_lag",
+                                     "schedule_failures")}}
+        steps.append(step)
+        fl = s["fire_lag"]
+        print(f"capacity: {rate:>7g}/s  scheduled {s['schedule_rate']:>8g}/s  fired {s['fire_rate']:>8g}/s  "
+              f"fire lag p50 {fl.get('p50_ms')} p99 {fl.get('p99_ms')} ms  -> {'held' if not reasons else 'BROKE: ' + '; '.join(reasons)}",
+              flush=True)
+        if reasons:
+            broke = step
+            break
+        held = step
+    result = {"slo_p99_ms": args.slo_p99_ms, "hold_fraction": args.hold_fraction, "step_duration_s": args.step_duration,
+              "highest_rate_held": held["target_rate"] if held else None, "broke_at": broke, "steps": steps, "url": url}
+    plot = report.plot_capacity(out, steps, args.slo_p99_ms)
+    result["plots"] = [str(plot)] if plot else []
+    (out / "summary.json").write_text(json.dumps(result, indent=2, default=str))
+    rows = [[f"{s['target_rate']:g}", s["schedule_rate"], s["fire_rate"], s["fire_lag"].get("p50_ms"),
+             s["fire_lag"].get("p99_ms"), s["delivery_lag"].get("p99_ms"), "held" if s["held"] else "broke"] for s in steps]
+    print()
+    print(report.format_table(["target/s", "scheduled/s", "fired/s", "fire p50 ms", "fire p99 ms", "deliv p99 ms", ""], rows))
+    if held:
+        print(f"\nhighest schedule rate that held the SLO (fire-lag p99 <= {args.slo_p99_ms:g} ms, rates within "
+              f"{args.hold_fraction:.0%}): {held['target_rate']:g} timers/s")
+    else:
+        print(f"\nno step held the SLO (fire-lag p99 <= {args.slo_p99_ms:g} ms)")
+    if broke:
+        print(f"broke at {broke['target_rate']:g}/s: {'; '.join(broke['reasons'])}")
+    elif held:
+        print("the last step still held: raise --rates to find the break")
+    print(f"written: {out}/")
+    return result
+
+
+def run_outage(args: argparse.Namespace, url: str, out: Path) -> dict[str, Any]:
+    from loadtest import outage_deadlines as od
+
+    p = od.Params(url=url, interval=args.interval, duration=args.duration if args.duration_given else 35.0,
+                  timeout=args.timeout, retries=args.retries, outage_start=args.outage_start, outage=args.outage,
+                  drain=args.drain)
+    result = od.run_both(p)
+    (out / "summary.json").write_text(json.dumps(result, indent=2, default=str))
+    print(f"\n== outage_deadlines: {url} ==")
+    print(od.table(result))
+    print(f"\nwritten: {out}/summary.json")
+    return result
+
+
+# ---- command line
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="queen loadtest", description="Load and capacity harness (Locust).",
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("scenario", choices=SCENARIOS)
+    ap.add_argument("--url", help="broker to load (default: start a local one with embedded PostgreSQL)")
+    ap.add_argument("--rate", type=float, default=1000.0, help="timers_lag: target timers scheduled per second")
+    ap.add_argument("--users", type=int, help="Locust users (default per scenario)")
+    ap.add_argument("--duration", type=float, help="seconds (default per scenario; outage_deadlines: 35)")
+    ap.add_argument("--out", help="report directory (default loadtest-out/<scenario>-<time>)")
+    ap.add_argument("--distributed", type=int, default=0, metavar="K", help="one Locust master and K worker processes")
+    ap.add_argument("--broker-workers", type=int, default=2, help="worker processes of the local broker")
+    ap.add_argument("--window-ms", type=int, default=2000, help="timers_lag/capacity: delays spread over this window")
+    # capacity
+    ap.add_argument("--slo-p99-ms", type=float, default=50.0, help="capacity: fire-lag p99 SLO")
+    ap.add_argument("--rates", default="", help="capacity: comma-separated rates to step through")
+    ap.add_argument("--step-duration", type=float, default=20.0, help="capacity: seconds per step")
+    ap.add_argument("--hold-fraction", type=float, default=0.95,
+                    help="capacity: achieved rates must reach this fraction of the target")
+    # outage_deadlines
+    ap.add_argument("--interval", type=float, default=0.2, help="outage_deadlines: seconds between orders")
+    ap.add_argument("--timeout", type=float, default=2.0, help="outage_deadlines: caller timeout (= deadline) s")
+    ap.add_argument("--retries", type=int, default=1, help="outage_deadlines: retries after a timeout")
+    ap.add_argument("--outage-start", type=float, default=7.5, help="outage_deadlines: billing stops at (s)")
+    ap.add_argument("--outage", type=float, default=20.0, help="outage_deadlines: billing stays down for (s)")
+    ap.add_argument("--drain", type=float, default=15.0, help="outage_deadlines: longest wait for the backlog (s)")
+    ap.add_argument("locust_args", nargs="*", help="extra Locust/scenario options after `--`")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    args.duration_given = args.duration is not None
+    spec = LOCUST_SCENARIOS.get(args.scenario, {"users": 4, "duration": 30})
+    args.users = args.users or spec["users"]
+    args.duration = float(args.duration or spec["duration"])
+    out = Path(args.out or f"loadtest-out/{args.scenario}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    with target(args.url, args.broker_workers, out) as url:
+        if args.scenario == "capacity":
+            result = capacity(args, url, out)
+            return 0 if result["steps"] else 1
+        if args.scenario == "outage_deadlines":
+            run_outage(args, url, out)
+            return 0
+        extra = list(args.locust_args)
+        if args.scenario == "timers_lag":
+            extra = ["--timer-rate", str(args.rate), "--window-ms", str(args.window_ms), *extra]
+        rc = run_locust(args.scenario, url, args.users, args.duration, out, extra, args.distributed)
+        summary = write_locust_report(args.scenario, out, args, url, rc)
+        if not summary["requests"]:
+            print(f"loadtest: Locust wrote no statistics (exit code {rc}); see {out}/locust.log", file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
