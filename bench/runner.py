@@ -1,0 +1,45 @@
+"""``queen bench``: run the pytest-benchmark benches under bench/ and keep their JSON.
+
+    queen bench [--json PATH] [-k EXPR] [extra pytest args...]
+
+Runs ``pytest bench --benchmark-json=PATH`` (default ``.benchmarks/bench-<time>.json``) in a child
+process with this interpreter; the terminal report ends with each bench's ratio against the baseline
+measured in the same run (see bench/conftest.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def build_command(json_path: Path, k: str | None, extra: list[str]) -> list[str]:
+    cmd = [sys.executable, "-m", "pytest", str(HERE), "-q", "-p", "no:cacheprovider", f"--benchmark-json={json_path}",
+           "--benchmark-columns=min,mean,median,max,ops,rounds", "--benchmark-sort=name", "-o", "testpaths=bench"]
+    if k:
+        cmd += ["-k", k]
+    return cmd + extra
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="queen bench", description="run the pytest-benchmark benches")
+    ap.add_argument("--json", help="where to write the pytest-benchmark JSON")
+    ap.add_argument("-k", help="only benches matching this pytest -k expression")
+    args, extra = ap.parse_known_args(argv)
+    json_path = Path(args.json or f".benchmarks/bench-{time.strftime('%Y%m%d-%H%M%S')}.json").resolve()
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    cmd = build_command(json_path, args.k, extra)
+    print("queen bench:", " ".join(cmd), flush=True)
+    rc = subprocess.call(cmd, cwd=HERE.parent)
+    if json_path.exists():
+        print(f"queen bench: results in {json_path}")
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
