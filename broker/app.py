@@ -96,10 +96,14 @@ class Router(UrlDispatcher):
 
     _slashes = re.compile(r"/{2,}")
 
+    @classmethod
+    def collapse(cls, path: str) -> str:
+        return cls._slashes.sub("/", path) if "//" in path else path
+
     async def resolve(self, request: web.Request) -> UrlMappingMatchInfo:
         path = request.rel_url.raw_path
         if "//" in path:
-            request = request.clone(rel_url=request.rel_url.with_path(self._slashes.sub("/", path), encoded=True))
+            request = request.clone(rel_url=request.rel_url.with_path(self.collapse(path), encoded=True))
         return await super().resolve(request)
 
 
@@ -118,7 +122,8 @@ def _http_exception_to_api(exc: web.HTTPException) -> errors.ApiError:
     if exc.status == 404:
         return errors.NotFound("no_such_route", "no route matches this path", code="no_such_route")
     if exc.status == 405:
-        return errors.MethodNotAllowed("method_not_allowed", "this route does not accept this method")
+        allow = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
+        return errors.MethodNotAllowed("method_not_allowed", "this route does not accept this method", headers=allow)
     if exc.status == 413:
         return errors.PayloadTooLarge("body_too_large", f"the request body exceeds the limit: {exc.text}")
     if 400 <= exc.status < 500:
@@ -166,7 +171,10 @@ async def metrics_middleware(request: web.Request, handler: Callable[[web.Reques
 
 @web.middleware
 async def boot_auth_middleware(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
-    if request.path.startswith("/api/") or request.path.startswith("/admin/"):
+    # The path as routed (repeated slashes collapsed, as Router does): "//api/v1/..." reaches an /api
+    # handler, so it must not skip the boot flag and authentication.
+    path = Router.collapse(request.path)
+    if path.startswith("/api/") or path.startswith("/admin/"):
         b = request.app[BROKER]
         if not b.ready:
             raise errors.booting(f"the broker is starting: {b.boot_reason}")

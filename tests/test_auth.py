@@ -207,6 +207,12 @@ def test_hs256_statuses_through_the_broker(auth_broker):
     admin = mint(tenant="acme", sub="root", grants=["admin"], secret=SECRET)
     r = _get(b, "/api/v1/admin/ping", admin)
     assert r.status_code == 200 and r.json() == {"ok": True, "tenant": "acme", "sub": "root"}
+    # A doubled slash reaches the same handler, so it meets the same checks (no way around auth).
+    r = _get(b, "//api/v1/whoami", None)
+    assert r.status_code == 401 and r.json()["reason"] == "token_missing"
+    r = _get(b, "/api//v1/admin/ping", producer)
+    assert r.status_code == 403 and r.json()["reason"] == "missing_grant"
+    assert _get(b, "//api/v1/whoami", producer).json()["sub"] == "bob"
     # Routes outside /api stay open (probes and scrapers carry no token).
     assert _get(b, "/health", None).status_code == 200
     assert _get(b, "/metrics/prometheus", None).status_code == 200
