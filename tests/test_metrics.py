@@ -1,0 +1,79 @@
+"""``GET /metrics/prometheus`` answers for the whole broker, whichever worker serves the scrape: the
+counters are sums over every worker process (Prometheus multiprocess mode), and the samples of a
+worker that died stay counted."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections import Counter
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from broker.localserver import LocalBroker, http_get
+
+HEALTH_OK = {"route": "/health", "method": "GET", "status": "200"}
+
+
+def sample(b: LocalBroker, name: str, labels: dict[str, str]) -> float:
+    """The value of one sample in a scrape (0 when absent)."""
+    r = httpx.get(b.url + "/metrics/prometheus", timeout=10)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    for family in text_string_to_metric_families(r.text):
+        for s in family.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                return s.value
+    return 0.0
+
+
+def drive_health(b: LocalBroker, at_least_each: int, workers: int = 2, timeout: float = 20) -> Counter[int]:
+    """GET /health on fresh connections until every worker answered at least ``at_least_each`` times."""
+    per_worker: Counter[int] = Counter()
+    deadline = time.monotonic() + timeout
+    while len(per_worker) < workers or min(per_worker.values()) < at_least_each:
+        assert time.monotonic() < deadline, f"answers per worker: {dict(per_worker)}"
+        status, body = http_get(b.url + "/health")
+        assert status == 200
+        per_worker[body["worker_id"]] += 1
+    return per_worker
+
+
+def test_counters_sum_over_both_workers_and_survive_a_dead_one(start_broker):
+    b = start_broker(workers=2)
+    before = sample(b, "queen_http_requests_total", HEALTH_OK)
+    per_worker = drive_health(b, 5)
+    sent = sum(per_worker.values())
+    total = sample(b, "queen_http_requests_total", HEALTH_OK)
+    # One worker's samples alone would fall short by the other worker's answers.
+    assert total - before == sent, (before, total, dict(per_worker))
+    assert sample(b, "queen_http_request_duration_seconds_count", {"route": "/health", "method": "GET"}) >= sent
+    # Every scrape, whichever worker serves it, sees the same total.
+    assert {sample(b, "queen_http_requests_total", HEALTH_OK) for _ in range(6)} == {total}
+
+    # Refusals are counted by their rendered status; unrouted paths share one label value.
+    unmatched = {"route": "unmatched", "method": "GET", "status": "404"}
+    n404 = sample(b, "queen_http_requests_total", unmatched)
+    for _ in range(3):
+        assert httpx.get(b.url + "/no/such/thing", timeout=10).status_code == 404
+    assert sample(b, "queen_http_requests_total", unmatched) == n404 + 3
+
+    # A worker killed outright: what it counted is still in the sums after its replacement starts.
+    pid = http_get(b.url + "/health")[1]["pid"]
+    total = sample(b, "queen_http_requests_total", HEALTH_OK)
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 20
+    while pid in b.worker_pids() or len(b.worker_pids()) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    b.wait_ready(20)
+    after = sample(b, "queen_http_requests_total", HEALTH_OK)
+    assert after >= total, f"counts went backwards after a worker died: {total} -> {after}"
+
+
+def test_metrics_alias_and_series_exist(http):
+    r = http.get("/metrics")
+    assert r.status_code == 200
+    names = {f.name for f in text_string_to_metric_families(r.text)}
+    assert {"queen_http_requests", "queen_http_request_duration_seconds"} <= names
