@@ -1,6 +1,7 @@
 """``queen bench``: run the pytest-benchmark benches under bench/ and keep their JSON.
 
     queen bench [--json PATH] [-k EXPR] [extra pytest args...]
+    queen bench -- -k crypto        (through the ``queen`` CLI, options go after ``--``)
 
 Runs ``pytest bench --benchmark-json=PATH`` (default ``.benchmarks/bench-<time>.json``) in a child
 process with this interpreter; the terminal report ends with each bench's ratio against the baseline
@@ -30,6 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="queen bench", description="run the pytest-benchmark benches")
     ap.add_argument("--json", help="where to write the pytest-benchmark JSON")
     ap.add_argument("-k", help="only benches matching this pytest -k expression")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--"]:  # `queen bench -- -k x`: the CLI hands over everything after its own `--`
+        argv = argv[1:]
     args, extra = ap.parse_known_args(argv)
     json_path = Path(args.json or f".benchmarks/bench-{time.strftime('%Y%m%d-%H%M%S')}.json").resolve()
     json_path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,1 @@
+"""pytest-benchmark benches (``queen bench``); not part of the default test run."""
