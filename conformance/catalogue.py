@@ -1,0 +1,374 @@
+"""The contract catalogue: one stable id per checkable sentence.
+
+Read it as a table. Each entry is ``C(id, source, sentence)``: ``source`` names the document and section
+the sentence comes from, ``sentence`` is the sentence itself (quoted from the timer spec, or stated in
+our own words for the wire facts of PROTOCOL.md and the issues). Ids never change meaning: a contract
+that is dropped keeps its id retired, a new one gets a new id.
+
+Sources:
+  TR   = seeds/timer-routes.md (the timer spec), gone through sentence by sentence; the sentences that
+         state a reason or a design choice rather than something a broker can be caught doing are
+         listed in ``INFORMATIVE`` with why they carry no id.
+  DL   = issue 3 and seeds/queued-call-deadlines.md: deadlines on queued messages.
+  KV   = PROTOCOL.md §4 (KV wire and semantics).
+  LIM  = issue 6: plans, quotas and the degradation rungs; PROTOCOL.md §3.4/§4.4/§7.
+  ENV  = the envelope and status-code rules (broker/errors.py, PROTOCOL.md §1.7).
+  P3   = PROTOCOL.md §3 (timer wire details not spelled out in the spec).
+
+``queen conformance --list`` prints every id with its sentence and the tests that check it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class C:
+    id: str
+    source: str
+    sentence: str
+
+
+TR = "timer-routes.md"
+
+CONTRACTS: tuple[C, ...] = (
+    # ---------------------------------------------------------------- timer spec: The routes
+    C("TMR-POST-PRODUCE-GRANT", f"{TR} / The routes",
+      "POST is write-only because scheduling a timer is a produce operation: the timer becomes a message, "
+      "so a produce-only credential must be able to do it."),
+    C("TMR-POST-WRITE-ONLY", f"{TR} / The routes",
+      "POST is write-only: the batch route accepts schedule, reschedule and cancel operations and no read "
+      "operation (a peek or list op in the array is a 400)."),
+    C("TMR-NO-TENANT-LIST", f"{TR} / The routes",
+      "There is no tenant-wide list. The queue is a path segment rather than a filter precisely so that no "
+      "call can ask for \u201cevery timer of this tenant\u201d."),
+    C("TMR-KEY-CATCH-ALL", f"{TR} / The routes",
+      "*timerKey is a catch-all, so tenant/42 is a legal key written naturally."),
+    # ---------------------------------------------------------------- Cancel is not schedule
+    C("TMR-CANCEL-ROUTE", f"{TR} / Cancel is not schedule",
+      "DELETE /api/v1/timers/:queue/*timerKey exists as a separate route: it cancels a pending timer and "
+      "answers the single result object {ok: true, status: cancelled, ...}."),
+    C("TMR-CANCEL-NO-GRANT", f"{TR} / Cancel is not schedule",
+      "The DELETE route has a separate authorization class: not a missing grant may refuse it (a tenant "
+      "credential without the produce grant cancels)."),
+    C("TMR-CANCEL-PASSES-PAUSED", f"{TR} / Cancel is not schedule",
+      "The DELETE route passes only the boot flag. Not a paused schedule ... may refuse it."),
+    C("TMR-CANCEL-PASSES-QUOTA", f"{TR} / Cancel is not schedule",
+      "The DELETE route passes only the boot flag. ... not a full quota may refuse it."),
+    C("TMR-CANCEL-PASSES-DISABLED", f"{TR} / Cancel is not schedule",
+      "The DELETE route passes only the boot flag: the operator's scheduling kill switch (POST answers 503 "
+      "timers_disabled) does not refuse it."),
+    C("TMR-FIRE-NOT-STOPPED-BY-RUNGS", f"{TR} / Cancel is not schedule",
+      "The fire never switches itself off: no degradation rung may stop it."),
+    C("TMR-FIRE-OPERATOR-STOP", f"{TR} / Cancel is not schedule",
+      "Only an operator can stop the fire (pausing the sweeper holds due timers; resuming fires them)."),
+    C("TMR-BLOCKED-BATCH-WHOLE", f"{TR} / Cancel is not schedule",
+      "A mixed batch sent to POST when the cluster is blocked is refused whole, explicitly, rather than "
+      "having half of it silently dropped."),
+    C("TMR-BLOCKED-HINT", f"{TR} / Cancel is not schedule",
+      "The refusal carries an x-queen-timers-hint header naming the route that always works."),
+    C("TMR-BATCH-CANCEL-AUTH", f"{TR} / Cancel is not schedule",
+      "One that cancels inside a batch has chosen the schedule route's authorization (a cancel-only POST "
+      "from a credential without the produce grant is refused; the DELETE route is not)."),
+    # ---------------------------------------------------------------- Scheduling
+    C("TMR-SCHEDULE-EXAMPLE", f"{TR} / Scheduling",
+      "The example body {operations:[{op: schedule, queue, timerKey, delayMs, txn, payload (base64), "
+      "partition}]} is accepted and schedules the timer."),
+    C("TMR-UPSERT", f"{TR} / Scheduling",
+      "schedule and reschedule are the same upsert on (tenant, queue, timerKey), so a client retry after a "
+      "crash is safe by construction (a repeated schedule leaves one timer and delivers one message)."),
+    C("TMR-UPSERT-STATUS-BY-ROW", f"{TR} / Scheduling",
+      "Same upsert: the status (scheduled vs rescheduled) is decided by whether the row existed, not by the "
+      "op name."),
+    C("TMR-UPSERT-PER-TENANT", f"{TR} / Scheduling",
+      "The upsert key includes the tenant: another tenant's timer with the same queue and timerKey is a "
+      "different timer."),
+    C("TMR-RESCHEDULE-RESETS", f"{TR} / Scheduling",
+      "A reschedule resets the attempt budget and clears the last error."),
+    C("TMR-RESCHEDULE-NEW-MESSAGE", f"{TR} / Scheduling",
+      "Each reschedule mints a new txn, because it is a new message (a new messageId; the delivered frame "
+      "carries the reschedule's txn and id, the replaced one is never delivered)."),
+    C("TMR-RELATIVE-ONLY", f"{TR} / Scheduling",
+      "Only relative durations are on this wire; an absolute instant is not expressible (deliverAt or any "
+      "other instant field as input is a 400)."),
+    C("TMR-ONE-CLOCK", f"{TR} / Scheduling",
+      "There is one clock, PostgreSQL's: deliverAt is the broker's now plus delayMs (two ops of one call "
+      "differ by exactly their delay difference)."),
+    C("TMR-DELAY-MS", f"{TR} / Scheduling",
+      "Durations that can be sub-second are in milliseconds: a 250 ms delayMs means 250 ms."),
+    C("KV-TTL-SECONDS", f"{TR} / Scheduling",
+      "Durations that cannot be sub-second are in seconds: ttlSeconds on the KV routes."),
+    # ---------------------------------------------------------------- Fields the server owns
+    C("TMR-OWNED-PRODUCERSUB", f"{TR} / Fields the server owns",
+      "producerSub is not input: supplying one is a 400, never a silent drop."),
+    C("TMR-OWNED-MESSAGEID", f"{TR} / Fields the server owns",
+      "messageId is not input: supplying one is a 400, never a silent drop."),
+    C("TMR-OWNED-TENANT", f"{TR} / Fields the server owns",
+      "tenant is not input: supplying one is a 400, never a silent drop."),
+    C("TMR-OWNED-UNDERSCORE", f"{TR} / Fields the server owns",
+      "Neither is any underscore-prefixed field: supplying one is a 400, never a silent drop."),
+    C("TMR-PRODUCERSUB-ATTESTED", f"{TR} / Fields the server owns",
+      "producerSub is the one non-repudiable field a frame has: the delivered frame carries the scheduler's "
+      "authenticated sub."),
+    C("TMR-MESSAGEID-AT-SCHEDULE", f"{TR} / Fields the server owns",
+      "The messageId is minted at schedule time and returned in the response, so a client can correlate "
+      "the delivered frame without a second call."),
+    # ---------------------------------------------------------------- deliverAt is a floor
+    C("TMR-DELIVERAT-FLOOR", f"{TR} / deliverAt is a floor",
+      "deliverAt means \u201cnot before\u201d, never \u201cexactly at\u201d: no frame is created before its "
+      "deliverAt."),
+    C("TMR-FIRE-LAG", f"{TR} / deliverAt is a floor",
+      "A healthy timer lands within about ten milliseconds of the sweeper's minimum sleep (checked loosely: "
+      "within --queen-lag-budget-ms, default 1000, on a shared machine)."),
+    C("TMR-FIRE-LAG-SERIES", f"{TR} / deliverAt is a floor",
+      "queen_timers_fire_lag_seconds is the series that says which (it is exported on /metrics)."),
+    C("TMR-FIRE-ORDER", f"{TR} / deliverAt is a floor",
+      "Two timers on the same queue and partition that mature in the same cycle enter the log in expiry "
+      "order, which is not necessarily the order they were scheduled in."),
+    C("TMR-FIRES-ONCE", f"{TR} / deliverAt is a floor",
+      "There is no recurrence. A timer fires once."),
+    # ---------------------------------------------------------------- Encryption happens at schedule
+    C("TMR-ENCRYPT-AT-SCHEDULE", f"{TR} / Encryption happens at schedule",
+      "When the destination queue encrypts at rest, the payload is encrypted when the timer is scheduled, "
+      "not when it fires."),
+    C("TMR-ENCRYPT-LATE-CLEAR", f"{TR} / Encryption happens at schedule",
+      "A queue whose encryption is switched on after a timer was scheduled delivers that frame in "
+      "cleartext (the stored timer stays unencrypted and is delivered readable)."),
+    C("TMR-ENCRYPT-KEY-ROTATED", f"{TR} / Encryption happens at schedule",
+      "A key rotated between schedule and fire makes that frame undecryptable."),
+    # ---------------------------------------------------------------- The closed status taxonomy
+    C("TMR-STATUS-CLOSED", f"{TR} / The closed status taxonomy",
+      "Every element of a schedule or cancel response carries ok and exactly one status, from this list "
+      "and no other: scheduled, rescheduled, cancelled, absent, too_late."),
+    C("TMR-SCHEDULE-RESULT", f"{TR} / The closed status taxonomy",
+      "A successful schedule returns {ok, status, queue, timerKey, txn, messageId, deliverAt}."),
+    # ---------------------------------------------------------------- too_late
+    C("TMR-TOO-LATE-CANCEL", f"{TR} / too_late is a verdict, not a failure",
+      "A cancel that lands on a claimed timer answers too_late with HTTP 200 (and the timer is still "
+      "delivered)."),
+    C("TMR-TOO-LATE-RESCHEDULE", f"{TR} / too_late is a verdict, not a failure",
+      "A reschedule that lands on a claimed timer answers too_late with HTTP 200, and the old payload is "
+      "what gets delivered."),
+    C("TMR-TOO-LATE-BOUNDED", f"{TR} / too_late is a verdict, not a failure",
+      "The window is bounded by the lease: once the claim's lease has passed, a cancel no longer answers "
+      "too_late."),
+    C("TMR-TOO-LATE-NEW-KEY", f"{TR} / too_late is a verdict, not a failure",
+      "The remedy is a new key: scheduling another key on the same queue works while the first is claimed."),
+    C("TMR-BACKOFF-CANCELLABLE", f"{TR} / too_late is a verdict, not a failure",
+      "A timer in backoff after a failed fire is not claimed, and cancelling it succeeds."),
+    # ---------------------------------------------------------------- absent
+    C("TMR-ABSENT-MAY-BE-DELIVERED", f"{TR} / The contract absent carries",
+      "absent means \u201cno longer pending\u201d. It may mean already delivered. The authority is the log: "
+      "the timer's txn is found in the destination queue."),
+    C("TMR-NO-TOMBSTONE", f"{TR} / The contract absent carries",
+      "Delivery deletes the row rather than marking it done, so there is no tombstone (peek misses, list "
+      "omits it)."),
+    C("TMR-ABSENT-ECHOES-TXN", f"{TR} / The contract absent carries",
+      "The response echoes the txn you supplied as the one query parameter the DELETE route reads: "
+      "{ok: false, status: absent, queue, timerKey, txn}."),
+    C("TMR-ABSENT-OK-FALSE", f"{TR} / The contract absent carries",
+      "absent carries ok: false."),
+    C("TMR-ABSENT-OTHER-TENANT", f"{TR} / The contract absent carries",
+      "A cancel for another tenant's timer also answers absent (ok: false), and the timer is untouched."),
+    # ---------------------------------------------------------------- Peek and list
+    C("TMR-PEEK-SHAPE", f"{TR} / Peek and list",
+      "GET /api/v1/timers/:queue/*timerKey returns one timer with its payload, base64 as stored: {found, "
+      "queue, timerKey, partition, deliverAt, txn, messageId, payload, payloadZstd, encrypted, producerSub, "
+      "attempts, lastError, claimed, createdAt, updatedAt}."),
+    C("TMR-PEEK-MISS", f"{TR} / Peek and list",
+      "A miss is 200 with {\"found\": false}, not a 404."),
+    C("TMR-PEEK-NO-DECRYPT", f"{TR} / Peek and list",
+      "Peek does not decrypt (an encrypted timer peeks as encrypted: true with the ciphertext)."),
+    C("TMR-PEEK-CLAIMED", f"{TR} / Peek and list",
+      "claimed is the single definition of \u201cin somebody's hands\u201d (a claimed timer peeks "
+      "claimed: true)."),
+    C("TMR-PEEK-BACKOFF-UNCLAIMED", f"{TR} / Peek and list",
+      "A row in backoff reads claimed: false deliberately, because it is still cancellable."),
+    C("TMR-LIST-SHAPE", f"{TR} / Peek and list",
+      "GET /api/v1/timers/:queue returns {rows, truncated, nextAfter}, without payloads."),
+    C("TMR-LIST-AFTER", f"{TR} / Peek and list",
+      "after is an exclusive keyset cursor over timerKey."),
+    C("TMR-LIST-BYTE-ORDER", f"{TR} / Peek and list",
+      "The cursor is stable across machines because the column carries a byte collation (keys list in "
+      "byte order: 'B' before 'a')."),
+    C("TMR-LIST-LIMIT-DEFAULT", f"{TR} / Peek and list",
+      "limit defaults to 100."),
+    C("TMR-LIST-LIMIT-CLAMPED", f"{TR} / Peek and list",
+      "limit is clamped rather than rejected."),
+    C("TMR-LIST-TRUNCATED", f"{TR} / Peek and list",
+      "truncated tells the truth (true exactly when more rows follow; nextAfter resumes after the last row)."),
+    # ---------------------------------------------------------------- Status codes
+    C("TMR-RUNG-CLASSES", f"{TR} / Status codes",
+      "429 retry later, 403 retry forever and it will not help, 503 not your fault: a 429 carries "
+      "Retry-After, a paused schedule is 403, the operator's scheduling switch is 503 timers_disabled with "
+      "Retry-After."),
+    C("TMR-HORIZON-403", f"{TR} / Status codes",
+      "A horizon overrun is 403 and not 400 because it is a plan verdict rather than a malformed request."),
+    C("TMR-HORIZON-90D", f"{TR} / Status codes",
+      "The horizon is finite by default, ninety days."),
+    C("TMR-HORIZON-NARROWS", f"{TR} / Status codes",
+      "A tenant's own horizon narrows the cell's and never widens it."),
+    C("TMR-PAYLOAD-CEILING", f"{TR} / Status codes",
+      "The payload ceiling is derived, min(1 MiB, the plan's max payload), and never independent."),
+    # ---------------------------------------------------------------- Metering
+    C("MET-SCHEDULE-COUNTS", f"{TR} / Metering",
+      "You are billed for the promise: each schedule operation in a batch counts as one message, and each "
+      "reschedule counts as another."),
+    C("MET-CANCEL-ZERO", f"{TR} / Metering",
+      "A cancel counts zero and does not refund."),
+    C("MET-FIRE-ZERO", f"{TR} / Metering",
+      "The fire counts zero, because it was already billed."),
+    C("MET-PER-OPERATION", f"{TR} / Metering",
+      "The unit is the operation and not the call."),
+    C("TMR-MAX-OPS-256", f"{TR} / Metering",
+      "There is a cap of 256 operations per call (256 accepted, 257 refused with 400)."),
+    # ---------------------------------------------------------------- Timers that keep failing
+    C("TMR-FAIL-RETRIED", f"{TR} / Timers that keep failing",
+      "A fire that fails is retried with exponential backoff (and is delivered once the failure clears)."),
+    C("TMR-TRANSIENT-FREE", f"{TR} / Timers that keep failing",
+      "A transient failure (serialization, deadlock, connection, resource, operator intervention) backs off "
+      "and costs nothing from the attempt budget."),
+    C("TMR-PERMANENT-SPENDS", f"{TR} / Timers that keep failing",
+      "The attempt budget is spent only on permanent and configuration failures."),
+    C("TMR-DLQ-AFTER-MAX", f"{TR} / Timers that keep failing",
+      "After QUEEN_SWEEPER_MAX_ATTEMPTS attempts the timer goes to the destination queue's DLQ under a "
+      "synthetic consumer group."),
+    C("TMR-DLQ-REPLAY-REFUSED", f"{TR} / Timers that keep failing",
+      "Replaying that DLQ row is refused explicitly (409 dlq_replay_refused)."),
+    # ---------------------------------------------------------------- PROTOCOL §3 timer wire details
+    C("TMR-INDEX-ALIGNED", "PROTOCOL.md §3.2",
+      "Timer results are index-aligned: results[i] answers operations[i]."),
+    C("TMR-BAD-BATCH-CHANGES-NOTHING", "PROTOCOL.md §3.4 / house rules",
+      "A batch with one invalid op is a 400 in the envelope and applies none of its ops."),
+    C("TMR-VALIDATION", "PROTOCOL.md §3.4",
+      "Malformed ops are 400 timers_bad_request: unknown op, missing queue/timerKey/delayMs, payload not "
+      "base64, the same (queue, timerKey) twice in one call."),
+    # ---------------------------------------------------------------- message log deadlines (issue 3)
+    C("DL-NOT-DELIVERED", "issue 3 / queued-call-deadlines.md",
+      "A pop never hands out a message whose deadlineMs has passed."),
+    C("DL-TO-DLQ", "issue 3 / queued-call-deadlines.md",
+      "An expired message lands in the DLQ with error deadline_exceeded, so nothing vanishes unseen."),
+    C("DL-LIVE-DELIVERED", "issue 3 / queued-call-deadlines.md",
+      "A message within its deadline (or without one) is delivered as before."),
+    C("DL-BAD-DEADLINE", "issue 3",
+      "deadlineMs is a relative integer budget > 0; anything else is a 400 and nothing is pushed."),
+    # ---------------------------------------------------------------- KV (PROTOCOL §4)
+    C("KV-INDEX-ALIGNED", "PROTOCOL.md §4.1/§4.3",
+      "POST /api/v1/kv answers {results: [...]} index-aligned; every element carries index and op."),
+    C("KV-FOUND-SEPARATE", "PROTOCOL.md §4.3",
+      "found is separate from value: {found: true, value: null} is not {found: false}."),
+    C("KV-EXPIRY-REQUIRED", "PROTOCOL.md §4.2",
+      "Every put/putIfAbsent/incr carries exactly one of ttlSeconds (positive int) and forever: true; zero or "
+      "two is 400 kv_expiry_not_specified (or another kv_bad_request reason)."),
+    C("KV-EXPIRED-NEVER-RETURNED", "PROTOCOL.md §4.3",
+      "Expired keys are never returned and never count as existing, even before pruning."),
+    C("KV-PUT-IF-ABSENT", "PROTOCOL.md §4.3",
+      "putIfAbsent on a live key answers applied: false, reason: exists, with the current value and version."),
+    C("KV-EXPECT", "PROTOCOL.md §4.3",
+      "expect: N > 0 creates nothing (absent on a missing key); a stale version answers reason: version "
+      "with the current value and version."),
+    C("KV-DELETE-ABSENT-200", "PROTOCOL.md §4.3",
+      "A delete of a missing key answers 200 applied: false, reason: absent."),
+    C("KV-VERSION-NEVER-REUSED", "PROTOCOL.md §4.3",
+      "version is never reused for a recreated key; an absent key's effective version is 0."),
+    C("KV-INCR", "PROTOCOL.md §4.3",
+      "incr creates from zero, adds delta, and with max the applied flag is the admission decision "
+      "(reason: limit, no saturation); a non-numeric value is reason: type."),
+    C("KV-CHECK", "PROTOCOL.md §4.3",
+      "check answers applied when the precondition holds, else reason version|absent|exists."),
+    C("KV-REQUIRED-ABORTS", "PROTOCOL.md §4.3",
+      "required: true on a lost precondition aborts the whole call: none of its writes is applied."),
+    C("KV-READ-OWN-WRITES", "PROTOCOL.md §4.3",
+      "Within one call reads observe that call's writes."),
+    C("KV-DUPLICATE-KEY", "PROTOCOL.md §4.3",
+      "At most one write op per key per call, else 400 kv_duplicate_key_in_call."),
+    C("KV-GETPREFIX", "PROTOCOL.md §4.3",
+      "getPrefix lists in byte order with an exclusive after; limit is clamped (never rejected); truncated "
+      "and nextAfter are honest; an empty prefix is refused."),
+    C("KV-LIMITS", "PROTOCOL.md §4.4",
+      "More than 256 ops is 400; a value over 64 KiB is 413 payload_too_large; a bad namespace and a tenant "
+      "field in an op are 400."),
+    C("KV-TENANT-ISOLATION", "PROTOCOL.md §4 / house rules",
+      "Another tenant's key reads as not found and is not changed by the other tenant's writes."),
+    # ---------------------------------------------------------------- limits and rungs (issue 6)
+    C("LIM-RATE-LIMITED", "issue 6 / PROTOCOL.md §7",
+      "Over the rate limit, produce-class work is 429 rate_limited with Retry-After."),
+    C("LIM-QUOTA-EXCEEDED", "issue 6 / PROTOCOL.md §7",
+      "A spent period quota is 429 quota_exceeded with Retry-After."),
+    C("LIM-STORAGE-QUOTA", "issue 6 / PROTOCOL.md §7",
+      "Over the storage quota, produce-class work is 403 storage_quota_exceeded."),
+    C("LIM-TIMERS-QUOTA", "issue 6",
+      "Over the timer-row quota, scheduling is 403 timers_quota_exceeded."),
+    C("LIM-TIMERS-PAUSED", "issue 6",
+      "A schedule paused by an operator for the tenant is 403 timers_paused on the timers surface only "
+      "(pushes still pass)."),
+    C("LIM-CLUSTER-SUSPENDED", "issue 6 / PROTOCOL.md §7",
+      "A suspended cluster refuses produce-class work with 403 cluster_suspended."),
+    C("LIM-CANCEL-EVERY-RUNG", "issue 6 / timer-routes.md",
+      "DELETE cancel passes every rung: rate limit, period quota, storage quota, timer-row quota, paused "
+      "schedule, cluster suspension."),
+    C("LIM-REFUSAL-CHANGES-NOTHING", "issue 6 / house rules",
+      "A refused call changes nothing (a push refused by a rung stores no message)."),
+    # ---------------------------------------------------------------- envelope and status codes
+    C("ENV-MALFORMED-JSON", "errors.py / PROTOCOL.md §1.7",
+      "Malformed JSON is a 400 with the envelope {error, reason, detail}."),
+    C("ENV-CONTENT-TYPE", "errors.py / PROTOCOL.md §1.3",
+      "A body with a wrong content type is refused (4xx) with the envelope."),
+    C("ENV-OVERSIZED", "errors.py",
+      "An oversized body is 413 with the envelope."),
+    C("ENV-NO-SUCH-ROUTE", "PROTOCOL.md §7",
+      "An unknown route is 404 with error no_such_route."),
+    C("ENV-SHAPE", "errors.py / PROTOCOL.md §1.7",
+      "Every refusal is a JSON object {error: code, reason: stable id, detail: prose} with a JSON content "
+      "type."),
+    C("ENV-NO-500", "house rules",
+      "No 500 for anything a client can send (a battery of garbage requests to every surface)."),
+    C("ENV-UNAUTHENTICATED", "auth / errors.py",
+      "With authentication on, a request without a credential is 401 in the envelope."),
+)
+
+BY_ID: dict[str, C] = {c.id: c for c in CONTRACTS}
+assert len(BY_ID) == len(CONTRACTS), "duplicate contract id"
+
+# Sentences of timer-routes.md that carry no id, and why. Listed so the sentence-by-sentence pass is
+# auditable: each is a reason, a design statement or advice to clients, not a behaviour a broker can be
+# caught violating over HTTP.
+INFORMATIVE: tuple[tuple[str, str], ...] = (
+    ("A timer is a message that is not in the log yet. Scheduling one promises a frame ...", "definition"),
+    ("... this is the first surface in the product whose call rate is decided by somebody else's web traffic.",
+     "rationale for TMR-NO-TENANT-LIST"),
+    ("Classifying all timer traffic as a produce variant ... would therefore 403 the cancels ...",
+     "rationale for the DELETE route (its checks are TMR-CANCEL-*)"),
+    ("That tenant would keep producing messages it cannot stop ...", "rationale"),
+    ("An SDK that cancels should use the DELETE route.", "advice to SDK authors"),
+    ("That keeps \u201cthis timer, rescheduled, delivered this message\u201d answerable ...",
+     "rationale for TMR-RESCHEDULE-NEW-MESSAGE"),
+    ("... no inter-broker skew can enter anywhere.", "consequence of TMR-ONE-CLOCK; needs two brokers' clocks"),
+    ("A sub-second TTL is a real use for nobody ...", "rationale for KV-TTL-SECONDS"),
+    ("A tenant that could post {\"producerSub\":\"billing-service\"} would get ... a frame ... forged by the client",
+     "rationale for TMR-OWNED-PRODUCERSUB"),
+    ("Above QUEEN_SWEEPER_MAX_SLEEP_MS you have a wake-up problem, not a load problem", "operational advice"),
+    ("The next one is scheduled by whoever handled the first.", "advice to consumers"),
+    ("A timer's push happens inside the sweeper, so encrypting late would leave the payload in cleartext ...",
+     "rationale for TMR-ENCRYPT-AT-SCHEDULE"),
+    ("Closed because a client that has to tell these apart writes a switch.", "rationale"),
+    ("The broker holding the claim has already decompressed and packed that payload ...",
+     "rationale for TMR-TOO-LATE-*"),
+    ("... which is also the longest a cancel can answer too_late after a broker dies.",
+     "needs killing a broker mid-claim; the bound itself is TMR-TOO-LATE-BOUNDED"),
+    ("This is the one place on this surface where a user gets hurt ...", "emphasis"),
+    ("A consumer that compensates must check state before compensating ... nobody writes it by accident.",
+     "advice to consumers (saga shape), not broker behaviour"),
+    ("The in-house lesson was already paid on queue deletion ...", "history"),
+    ("Not revealing is right; saying ok: true would not be.", "rationale for TMR-ABSENT-OTHER-TENANT"),
+    ("It is an inspection surface, and quietly decrypting ... would misreport the thing being inspected.",
+     "rationale for TMR-PEEK-NO-DECRYPT"),
+    ("The same one-sentence rule governs the three refusals as on the KV routes", "covered by TMR-RUNG-CLASSES"),
+    ("... it is what keeps the row quota cyclic instead of permanent ... schedule rate times the horizon.",
+     "rationale for the horizon"),
+    ("A timer becomes a message: a ceiling of its own would be a service entrance past the plan's own payload limit.",
+     "rationale for TMR-PAYLOAD-CEILING"),
+    ("The reason is structural rather than commercial ... never crosses the gateway ...", "rationale for metering"),
+    ("... the frame never had a consumer group, its offset is not a position ...", "rationale for TMR-DLQ-REPLAY-REFUSED"),
+)

@@ -1,0 +1,309 @@
+"""HTTP helpers of the conformance suite: the only way the suite talks to a broker.
+
+Nothing here imports the broker: the target may be anyone's broker speaking the Queen wire.
+Every answer passes one check on the way in: a 5xx other than 503 fails the test on the spot (no
+500 for anything a client can send).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import uuid
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+TIMERS = "/api/v1/timers"
+STATUSES = frozenset({"scheduled", "rescheduled", "cancelled", "absent", "too_late"})
+
+
+def uniq(prefix: str = "c") -> str:
+    return f"cf-{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def b64(obj: Any) -> str:
+    """A JSON payload as the client sends it: JSON text, base64."""
+    return base64.b64encode(json.dumps(obj).encode()).decode()
+
+
+def parse_ts(text: str) -> float:
+    """ISO-8601 UTC (``...Z``) to epoch seconds, microsecond precision kept."""
+    from datetime import datetime
+
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+class Target:
+    def __init__(self, url: str, fire_timeout: float = 20.0, lag_budget_ms: float = 1000.0) -> None:
+        self.url = url
+        self.fire_timeout = fire_timeout
+        self.lag_budget_ms = lag_budget_ms
+        self._clients: list[httpx.Client] = []
+
+    def api(self, token: str | None, *, label: str, tenant: str | None = None, sub: str | None = None) -> Api:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        client = httpx.Client(base_url=self.url, headers=headers, timeout=30.0,
+                              event_hooks={"response": [_no_500]})
+        self._clients.append(client)
+        return Api(client, self, token=token, label=label, tenant=tenant, sub=sub)
+
+    def raw(self) -> httpx.Client:
+        """A client with no credential and no 5xx check (the envelope tests inspect everything)."""
+        client = httpx.Client(base_url=self.url, timeout=30.0)
+        self._clients.append(client)
+        return client
+
+    def close(self) -> None:
+        for c in self._clients:
+            c.close()
+
+
+def _no_500(resp: httpx.Response) -> None:
+    if resp.status_code >= 500 and resp.status_code != 503:
+        resp.read()
+        raise AssertionError(
+            f"{resp.request.method} {resp.request.url.path} answered {resp.status_code}: {resp.text[:300]}"
+        )
+
+
+def body(resp: httpx.Response) -> Any:
+    try:
+        return resp.json()
+    except ValueError:
+        return None
+
+
+def expect(resp: httpx.Response, status: int | tuple[int, ...]) -> Any:
+    wanted = (status,) if isinstance(status, int) else status
+    assert resp.status_code in wanted, (
+        f"{resp.request.method} {resp.request.url.path}: expected HTTP {wanted}, got {resp.status_code}: {resp.text[:400]}"
+    )
+    return body(resp)
+
+
+def expect_error(resp: httpx.Response, status: int, code: str | None = None, reason: str | None = None) -> dict[str, Any]:
+    """A refusal: the status, the envelope {error, reason, detail} and (optionally) the code/reason."""
+    data = expect(resp, status)
+    assert_envelope(resp, data)
+    if code is not None:
+        assert data["error"] == code, f"expected error code {code!r}, got {data!r}"
+    if reason is not None:
+        assert data["reason"] == reason, f"expected reason {reason!r}, got {data!r}"
+    return data
+
+
+def assert_envelope(resp: httpx.Response, data: Any = None) -> None:
+    data = body(resp) if data is None else data
+    where = f"{resp.request.method} {resp.request.url.path} -> {resp.status_code}"
+    assert "json" in resp.headers.get("content-type", ""), f"{where}: error without a JSON content type"
+    assert isinstance(data, dict), f"{where}: error body is not a JSON object: {resp.text[:200]}"
+    for k in ("error", "reason", "detail"):
+        assert isinstance(data.get(k), str) and data[k], f"{where}: envelope lacks a string {k!r}: {data!r}"
+
+
+class Api:
+    """One tenant's view of the target."""
+
+    def __init__(self, client: httpx.Client, target: Target, *, token: str | None, label: str,
+                 tenant: str | None, sub: str | None) -> None:
+        self.http = client
+        self.target = target
+        self.token = token
+        self.label = label
+        self.tenant = tenant
+        self.sub = sub
+
+    # ----------------------------------------------------------------- timers
+    def timers(self, ops: list[dict[str, Any]], **kw: Any) -> httpx.Response:
+        return self.http.post(TIMERS, json={"operations": ops}, **kw)
+
+    def schedule_op(self, queue: str, key: str, *, delay_ms: int = 0, payload: Any = None, txn: str | None = None,
+                    op: str = "schedule", **extra: Any) -> dict[str, Any]:
+        o: dict[str, Any] = {"op": op, "queue": queue, "timerKey": key, "delayMs": delay_ms,
+                             "txn": txn or uuid.uuid4().hex, "payload": b64(payload if payload is not None else {"k": key})}
+        o.update(extra)
+        return o
+
+    def schedule(self, queue: str, key: str, **kw: Any) -> dict[str, Any]:
+        resp = self.timers([self.schedule_op(queue, key, **kw)])
+        data = expect(resp, 200)
+        assert isinstance(data, dict) and isinstance(data.get("results"), list) and len(data["results"]) == 1, data
+        return data["results"][0]
+
+    def cancel(self, queue: str, key: str, txn: str | None = None) -> httpx.Response:
+        params = {"txn": txn} if txn is not None else None
+        return self.http.delete(f"{TIMERS}/{quote(queue, safe='')}/{quote(key, safe='/')}", params=params)
+
+    def peek(self, queue: str, key: str) -> httpx.Response:
+        return self.http.get(f"{TIMERS}/{quote(queue, safe='')}/{quote(key, safe='/')}")
+
+    def peek_ok(self, queue: str, key: str) -> dict[str, Any]:
+        data = expect(self.peek(queue, key), 200)
+        assert isinstance(data, dict) and "found" in data, data
+        return data
+
+    def list(self, queue: str, **params: Any) -> httpx.Response:
+        return self.http.get(f"{TIMERS}/{quote(queue, safe='')}", params=params or None)
+
+    # ----------------------------------------------------------------- log
+    def push(self, queue: str, payloads: list[Any], *, partition: str = "Default", **extra: Any) -> httpx.Response:
+        items = []
+        for p in payloads:
+            item = {"queue": queue, "partition": partition, "payload": p, "transactionId": uuid.uuid4().hex}
+            item.update(extra)
+            items.append(item)
+        return self.http.post("/api/v1/push", json={"items": items})
+
+    def configure(self, queue: str, **options: Any) -> httpx.Response:
+        return self.http.post("/api/v1/configure", json={"queue": queue, "namespace": None, "task": None, "options": options})
+
+    def pop(self, queue: str, *, wait_ms: int = 0, batch: int = 100) -> list[dict[str, Any]]:
+        params = {"batch": str(batch), "wait": "true" if wait_ms else "false", "timeout": str(wait_ms or 1),
+                  "autoAck": "true"}
+        resp = self.http.get(f"/api/v1/pop/queue/{quote(queue, safe='')}", params=params,
+                             timeout=30.0 + wait_ms / 1000)
+        if resp.status_code == 204:
+            return []
+        data = expect(resp, 200)
+        assert isinstance(data, dict), data
+        return [m for m in (data.get("messages") or []) if m]
+
+    def drain(self, queue: str, settle_ms: int = 0) -> list[dict[str, Any]]:
+        """Every message currently deliverable in the queue (auto-acked)."""
+        out: list[dict[str, Any]] = []
+        if settle_ms:
+            time.sleep(settle_ms / 1000)
+        while True:
+            got = self.pop(queue)
+            if not got:
+                return out
+            out.extend(got)
+
+    def lookup(self, queue: str, txn: str) -> dict[str, Any]:
+        data = expect(self.http.get("/api/v1/messages/lookup", params={"queue": queue, "txn": txn}), 200)
+        assert isinstance(data, dict) and "found" in data, data
+        return data
+
+    def wait_delivered(self, queue: str, txn: str, timeout: float | None = None) -> dict[str, Any]:
+        deadline = time.monotonic() + (timeout if timeout is not None else self.target.fire_timeout)
+        while True:
+            found = self.lookup(queue, txn)
+            if found["found"]:
+                return found
+            if time.monotonic() > deadline:
+                raise AssertionError(f"txn {txn} never reached queue {queue} within the deadline")
+            time.sleep(0.03)
+
+    def dlq(self, queue: str) -> list[dict[str, Any]]:
+        data = expect(self.http.get("/api/v1/dlq", params={"queue": queue, "limit": "100"}), 200)
+        assert isinstance(data, dict) and isinstance(data.get("messages"), list), data
+        return data["messages"]
+
+    # ----------------------------------------------------------------- kv, usage
+    def kv(self, ops: list[dict[str, Any]]) -> httpx.Response:
+        return self.http.post("/api/v1/kv", json={"operations": ops})
+
+    def kv_ok(self, ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        data = expect(self.kv(ops), 200)
+        assert isinstance(data, dict) and isinstance(data.get("results"), list), data
+        assert len(data["results"]) == len(ops), f"results not index-aligned: {data}"
+        return data["results"]
+
+    def usage(self) -> dict[str, Any]:
+        resp = self.http.get("/api/v1/usage")
+        if resp.status_code == 404:
+            from conformance.plugin import not_verified
+
+            not_verified("the target has no GET /api/v1/usage")
+        data = expect(resp, 200)
+        assert isinstance(data, dict), data
+        return data
+
+
+def usage_messages(u: dict[str, Any]) -> int:
+    """The messages counter of a /api/v1/usage answer (current period)."""
+    for path in (("messages",), ("usage", "messages"), ("period", "messages"), ("current", "messages")):
+        node: Any = u
+        for p in path:
+            node = node.get(p) if isinstance(node, dict) else None
+        if isinstance(node, int):
+            return node
+    raise AssertionError(f"no messages counter in /api/v1/usage answer: {u!r}")
+
+
+def poll(fn: Any, *, timeout: float, interval: float = 0.03, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = fn()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not reached within {timeout:.1f}s (last: {got!r})")
+        time.sleep(interval)
+
+
+class Admin:
+    """The operator surface. Missing or refused routes make the contract NOT VERIFIED."""
+
+    def __init__(self, api: Api) -> None:
+        self.api = api
+
+    def _call(self, method: str, path: str, json_body: Any = None) -> Any:
+        from conformance.plugin import not_verified
+
+        resp = self.api.http.request(method, path, json=json_body)
+        if resp.status_code in (401, 403, 404, 405):
+            not_verified(f"the target's admin API is not usable: {method} {path} answered {resp.status_code} {resp.text[:160]}")
+        return expect(resp, (200, 201, 204))
+
+    def probe(self) -> None:
+        self._call("GET", "/api/v1/admin/timers/sweeper")
+
+    def sweeper_paused(self, paused: bool) -> Any:
+        return self._call("POST", "/api/v1/admin/timers/sweeper", {"paused": paused})
+
+    def scheduling(self, enabled: bool) -> Any:
+        return self._call("POST", "/api/v1/admin/timers/scheduling", {"enabled": enabled})
+
+    def timers_paused(self, tenant: str, paused: bool) -> Any:
+        return self._call("POST", f"/api/v1/admin/tenants/{quote(tenant, safe='')}/timers-paused", {"paused": paused})
+
+    def cluster_suspended(self, suspended: bool) -> Any:
+        return self._call("POST", "/api/v1/admin/cluster/suspended", {"suspended": suspended})
+
+    def set_plan(self, tenant: str, **fields: Any) -> Any:
+        return self._call("PUT", f"/api/v1/admin/tenants/{quote(tenant, safe='')}/plan", fields)
+
+    def clear_plan(self, tenant: str) -> Any:
+        return self._call("DELETE", f"/api/v1/admin/tenants/{quote(tenant, safe='')}/plan")
+
+
+class Hooks:
+    """The fault-injection hooks (QUEEN_TEST_HOOKS=1). Absent or disabled -> NOT VERIFIED."""
+
+    def __init__(self, api: Api) -> None:
+        self.api = api
+
+    def _post(self, path: str, json_body: Any) -> Any:
+        from conformance.plugin import not_verified
+
+        resp = self.api.http.post(path, json=json_body)
+        if resp.status_code in (401, 403, 404, 405):
+            not_verified(f"the target does not offer the fault-injection hooks: POST {path} answered "
+                         f"{resp.status_code} {resp.text[:160]}")
+        return expect(resp, (200, 201, 204))
+
+    def probe(self) -> None:
+        self._post("/api/v1/test/timers/release", {})
+
+    def fail(self, queue: str, count: int, klass: str) -> Any:
+        return self._post("/api/v1/test/timers/fail", {"queue": queue, "count": count, "class": klass})
+
+    def hold(self, queue: str, key: str, ms: int) -> Any:
+        return self._post("/api/v1/test/timers/hold", {"queue": queue, "timerKey": key, "ms": ms})
+
+    def release(self) -> Any:
+        return self._post("/api/v1/test/timers/release", {})

@@ -1,0 +1,334 @@
+"""The pytest plugin of the conformance suite: options, the NOT VERIFIED outcome, the per-contract
+summary, the JSON report and the fixtures that reach the target broker (over HTTP only).
+
+Outcomes per test: passed, failed, or NOT VERIFIED (the test needs something the target does not
+offer: the fault-injection hooks, the admin API, a second tenant's token...). A NOT VERIFIED test is
+reported with its reason, never as passed and never as a plain skip. Per contract: failed if any of its
+tests failed, else not verified if any of its tests could not verify, else passed.
+
+Exit status: non-zero when any contract failed. NOT VERIFIED does not fail the gate by default;
+``--queen-strict`` turns every NOT VERIFIED into a failure.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib
+import json
+import os
+import pkgutil
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance.catalogue import BY_ID, CONTRACTS
+from conformance.client import Api, Target
+
+REPORT_KEY = pytest.StashKey[dict[str, Any]]()
+
+
+class NotVerified(Exception):
+    """Raised by ``not_verified(reason)``: the contract could not be checked against this target."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def not_verified(reason: str) -> None:
+    raise NotVerified(reason)
+
+
+# ------------------------------------------------------------------------------------------ options
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    g = parser.getgroup("queen", "queen conformance")
+    g.addoption("--queen-url", default=os.environ.get("QUEEN_URL"), help="base URL of the broker under test")
+    g.addoption("--queen-token", default=os.environ.get("QUEEN_TOKEN"), help="bearer token of tenant A")
+    g.addoption("--queen-token-b", default=os.environ.get("QUEEN_TOKEN_B"),
+                help="bearer token of a second tenant B (isolation contracts)")
+    g.addoption("--queen-admin-token", default=os.environ.get("QUEEN_ADMIN_TOKEN"),
+                help="bearer token with the admin grant (operator switches, plans)")
+    g.addoption("--queen-token-produce-only", default=os.environ.get("QUEEN_TOKEN_PRODUCE_ONLY"),
+                help="tenant A token with only the produce grant")
+    g.addoption("--queen-token-consume-only", default=os.environ.get("QUEEN_TOKEN_CONSUME_ONLY"),
+                help="tenant A token without the produce grant")
+    g.addoption("--queen-strict", action="store_true", default=False, help="NOT VERIFIED fails the run")
+    g.addoption("--queen-report", default=None, help="write a JSON report (per test and per contract) here")
+    g.addoption("--queen-contract", action="append", default=[],
+                help="run only the tests tagged with this contract id (repeatable)")
+    g.addoption("--queen-fire-timeout", type=float, default=20.0,
+                help="seconds to wait for a timer to fire / land in the DLQ (default 20)")
+    g.addoption("--queen-lag-budget-ms", type=float, default=1000.0,
+                help="fire lag accepted for TMR-FIRE-LAG (default 1000 ms: loose, shared machines)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "contract(*ids): contract ids of the conformance catalogue a test checks")
+    config.stash[REPORT_KEY] = {"tests": {}, "contracts_of": {}}
+
+
+# ------------------------------------------------------------------------------------------ collection
+
+
+def contracts_of(item: pytest.Item) -> list[str]:
+    ids: list[str] = []
+    for mark in item.iter_markers("contract"):
+        ids.extend(mark.args)
+    return ids
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    wanted = set(config.getoption("--queen-contract") or [])
+    unknown = sorted(wanted - set(BY_ID))
+    if unknown:
+        raise pytest.UsageError(f"--queen-contract names unknown contract id(s): {unknown}")
+    state = config.stash[REPORT_KEY]
+    keep, drop = [], []
+    for item in items:
+        ids = contracts_of(item)
+        state["contracts_of"][item.nodeid] = ids
+        if wanted and not (set(ids) & wanted):
+            drop.append(item)
+        else:
+            keep.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def contract_index() -> dict[str, list[str]]:
+    """contract id -> test names, by importing the suite's test modules (no broker needed). Unknown ids
+    named by a test are listed under their own key, so the meta-test can catch them."""
+    import conformance
+
+    index: dict[str, list[str]] = {c.id: [] for c in CONTRACTS}
+    for mod in pkgutil.iter_modules(conformance.__path__):
+        if not mod.name.startswith("test_"):
+            continue
+        module = importlib.import_module(f"conformance.{mod.name}")
+        for name, fn in vars(module).items():
+            if not name.startswith("test_") or not callable(fn):
+                continue
+            for mark in getattr(fn, "pytestmark", []):
+                if mark.name == "contract":
+                    for cid in mark.args:
+                        index.setdefault(cid, []).append(f"{mod.name}.py::{name}")
+    return index
+
+
+# ------------------------------------------------------------------------------------------ outcomes
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    rep = outcome.get_result()
+    excinfo = call.excinfo
+    if excinfo is not None and excinfo.errisinstance(NotVerified):
+        reason = str(excinfo.value.reason)
+        rep.queen_not_verified = reason
+        path, lineno, _ = item.reportinfo()
+        if item.config.getoption("--queen-strict"):
+            rep.outcome = "failed"
+            rep.longrepr = f"NOT VERIFIED (--queen-strict): {reason}"
+        else:
+            rep.outcome = "skipped"
+            rep.longrepr = (str(path), (lineno or 0) + 1, f"NOT VERIFIED: {reason}")
+    elif rep.skipped and not hasattr(rep, "wasxfail"):
+        # A plain skip would hide a contract: the suite never skips silently.
+        rep.outcome = "failed"
+        rep.longrepr = f"skipped without a NOT VERIFIED reason: {rep.longrepr}"
+
+
+def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> Any:
+    if getattr(report, "queen_not_verified", None) is not None and report.skipped:
+        return "not verified", "N", ("NOT VERIFIED", {"yellow": True})
+    return None
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    # Recorded per test; folded per contract at the end.
+    state = _STATE.get("state")
+    if state is None:
+        return
+    t = state["tests"].setdefault(report.nodeid, {"outcome": "passed", "reason": None, "detail": None})
+    if report.failed:
+        t["outcome"] = "failed"
+        crash = getattr(getattr(report.longrepr, "reprcrash", None), "message", None)
+        t["detail"] = _short(crash or report.longreprtext)
+    elif getattr(report, "queen_not_verified", None) is not None and t["outcome"] != "failed":
+        t["outcome"] = "not_verified"
+        t["reason"] = report.queen_not_verified
+
+
+_STATE: dict[str, dict[str, Any]] = {}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _STATE["state"] = session.config.stash[REPORT_KEY]
+
+
+def _short(text: str, limit: int = 1500) -> str:
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    tail = "\n".join(lines[-15:])
+    return tail[-limit:]
+
+
+@dataclass
+class ContractResult:
+    status: str = "not_run"
+    tests: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+
+
+def fold(state: dict[str, Any]) -> dict[str, ContractResult]:
+    results = {c.id: ContractResult() for c in CONTRACTS}
+    rank = {"not_run": 0, "passed": 1, "not_verified": 2, "failed": 3}
+    for nodeid, t in state["tests"].items():
+        for cid in state["contracts_of"].get(nodeid, []):
+            r = results.setdefault(cid, ContractResult())
+            r.tests.append(nodeid)
+            if t["outcome"] == "not_verified" and t["reason"]:
+                r.reasons.append(t["reason"])
+            if t["outcome"] == "failed" and t["detail"]:
+                r.reasons.append(f"{nodeid}: {' '.join(t['detail'].split())}")
+            if rank[t["outcome"]] > rank[r.status]:
+                r.status = t["outcome"]
+    return results
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    state = config.stash[REPORT_KEY]
+    if not state["tests"]:
+        return
+    results = fold(state)
+    tr = terminalreporter
+    tr.section("queen conformance: contracts")
+    counts = {"passed": 0, "failed": 0, "not_verified": 0}
+    for cid, r in results.items():
+        if r.status == "not_run":
+            continue
+        counts[r.status] += 1
+        label = {"passed": "PASSED", "failed": "FAILED", "not_verified": "NOT VERIFIED"}[r.status]
+        line = f"{label:<13} {cid}"
+        if r.status != "passed" and r.reasons:
+            line += f"  -- {r.reasons[0][:160]}"
+        tr.write_line(line, red=r.status == "failed", yellow=r.status == "not_verified", green=r.status == "passed")
+    strict = config.getoption("--queen-strict")
+    tr.write_line(
+        f"contracts: {counts['passed']} passed, {counts['failed']} failed, {counts['not_verified']} not verified"
+        f" (NOT VERIFIED {'fails' if strict else 'does not fail'} the gate"
+        f"{'' if strict else '; --queen-strict makes it fail'})"
+    )
+    path = config.getoption("--queen-report")
+    if path:
+        out = {
+            "contracts": {cid: {"status": r.status, "tests": r.tests, "reasons": r.reasons} for cid, r in results.items()},
+            "tests": state["tests"],
+            "strict": bool(strict),
+        }
+        Path(path).write_text(json.dumps(out, indent=1, sort_keys=True))
+
+
+# ------------------------------------------------------------------------------------------ fixtures
+
+
+def _claims(token: str | None) -> dict[str, Any]:
+    """The (unverified) claims of a JWT, to learn its tenant and sub; {} when not a JWT."""
+    if not token:
+        return {}
+    parts = token.split(".")
+    if len(parts) != 3:
+        return {}
+    try:
+        raw = base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4))
+        claims = json.loads(raw)
+    except (ValueError, json.JSONDecodeError):
+        return {}
+    return claims if isinstance(claims, dict) else {}
+
+
+@pytest.fixture(scope="session")
+def target(pytestconfig: pytest.Config) -> Iterator[Target]:
+    url = pytestconfig.getoption("--queen-url")
+    if not url:
+        raise pytest.UsageError("the conformance suite needs --queen-url (or run `queen conformance`, which starts a broker)")
+    t = Target(
+        url=url.rstrip("/"),
+        fire_timeout=pytestconfig.getoption("--queen-fire-timeout"),
+        lag_budget_ms=pytestconfig.getoption("--queen-lag-budget-ms"),
+    )
+    yield t
+    t.close()
+
+
+def _api(target: Target, token: str | None, label: str) -> Api:
+    claims = _claims(token)
+    return target.api(token, label=label, tenant=claims.get("tenant"), sub=claims.get("sub"))
+
+
+@pytest.fixture(scope="session")
+def api(target: Target, pytestconfig: pytest.Config) -> Api:
+    """Tenant A, with the grants to produce and consume."""
+    return _api(target, pytestconfig.getoption("--queen-token"), "A")
+
+
+@pytest.fixture
+def api_b(target: Target, pytestconfig: pytest.Config) -> Api:
+    token = pytestconfig.getoption("--queen-token-b")
+    if not token:
+        not_verified("needs a second tenant's credential (--queen-token-b)")
+    b = _api(target, token, "B")
+    a_tenant = _claims(pytestconfig.getoption("--queen-token")).get("tenant")
+    if a_tenant is not None and a_tenant == b.tenant:
+        not_verified("--queen-token-b names the same tenant as --queen-token")
+    return b
+
+
+@pytest.fixture
+def api_produce_only(target: Target, pytestconfig: pytest.Config) -> Api:
+    token = pytestconfig.getoption("--queen-token-produce-only")
+    if not token:
+        not_verified("needs a tenant A credential with only the produce grant (--queen-token-produce-only)")
+    return _api(target, token, "A-produce-only")
+
+
+@pytest.fixture
+def api_consume_only(target: Target, pytestconfig: pytest.Config) -> Api:
+    token = pytestconfig.getoption("--queen-token-consume-only")
+    if not token:
+        not_verified("needs a tenant A credential without the produce grant (--queen-token-consume-only)")
+    return _api(target, token, "A-consume-only")
+
+
+@pytest.fixture
+def admin(target: Target, api: Api, pytestconfig: pytest.Config) -> Any:
+    from conformance.client import Admin
+
+    token = pytestconfig.getoption("--queen-admin-token")
+    if not token and api.token:
+        not_verified("needs an operator credential (--queen-admin-token)")
+    adm = Admin(_api(target, token, "admin"))
+    adm.probe()
+    return adm
+
+
+@pytest.fixture
+def hooks(target: Target, api: Api) -> Any:
+    from conformance.client import Hooks
+
+    h = Hooks(api)
+    h.probe()
+    return h
+
+
+@pytest.fixture
+def tenant_a(api: Api) -> str:
+    if not api.tenant:
+        not_verified("cannot tell tenant A's id (the token is not a JWT with a tenant claim)")
+    return api.tenant

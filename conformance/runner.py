@@ -1,0 +1,167 @@
+"""``queen conformance``: run the conformance suite against a broker and gate on the result.
+
+    queen conformance --url URL [--token T] [--token-b T2] [--admin-token A]
+                      [--token-produce-only P] [--token-consume-only C]
+                      [--junitxml FILE] [--report FILE] [--strict] [--contract ID ...] [pytest args]
+    queen conformance --list
+
+With no ``--url`` the runner starts a broker of its own (``queen serve`` through
+``broker.localserver.LocalBroker``) on an embedded PostgreSQL in a temporary directory, or on
+``QUEEN_DATABASE_URL`` when set, with authentication on (a random ``QUEEN_JWT_SECRET``), the
+fault-injection hooks on and short sweeper timings; it mints the tokens for two tenants, an operator
+and the two single-grant credentials, and stops everything afterwards.
+
+Exit status: 0 when no contract failed; 1 when any failed (and, with ``--strict``, when any could not be
+verified); other pytest codes for usage errors. Contracts the target cannot be checked for (no hooks,
+no admin token, no second tenant...) are reported NOT VERIFIED with the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import os
+import secrets
+import sys
+import tempfile
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+SUITE_DIR = Path(__file__).resolve().parent
+
+# Settings of the broker the runner starts itself: short sweeper timings so failure paths (backoff,
+# DLQ after the attempt budget) finish in well under a second, and a short limits cache so operator
+# switches show quickly.
+LOCAL_ENV = {
+    "QUEEN_TEST_HOOKS": "1",
+    "QUEEN_SWEEPER_MAX_SLEEP_MS": "200",
+    "QUEEN_SWEEPER_MAX_ATTEMPTS": "3",
+    "QUEEN_SWEEPER_BACKOFF_BASE_MS": "20",
+    "QUEEN_SWEEPER_BACKOFF_CAP_MS": "200",
+    "QUEEN_LIMITS_REFRESH_MS": "50",
+    "QUEEN_LOG_LEVEL": "WARNING",
+}
+
+
+def local_env(secret: str) -> dict[str, str]:
+    key = base64.b64encode(secrets.token_bytes(32)).decode()
+    return {**LOCAL_ENV, "QUEEN_JWT_SECRET": secret, "QUEEN_ENCRYPTION_KEYS": f"conf1:{key}"}
+
+
+def mint_tokens(secret: str) -> dict[str, str]:
+    """Tokens for the suite's principals: tenant A (produce+consume), tenant B, an operator, and tenant A
+    credentials with only one grant each."""
+    from broker.auth import mint
+
+    run = secrets.token_hex(4)
+    a, b = f"conf-a-{run}", f"conf-b-{run}"
+    return {
+        "token": mint(tenant=a, sub="conformance-a", grants=["produce", "consume"], secret=secret),
+        "token_b": mint(tenant=b, sub="conformance-b", grants=["produce", "consume"], secret=secret),
+        "admin_token": mint(tenant=f"conf-ops-{run}", sub="conformance-operator", grants=["admin"], secret=secret),
+        "token_produce_only": mint(tenant=a, sub="conformance-a-producer", grants=["produce"], secret=secret),
+        "token_consume_only": mint(tenant=a, sub="conformance-a-consumer", grants=["consume"], secret=secret),
+    }
+
+
+@contextlib.contextmanager
+def local_broker(workers: int = 2) -> Iterator[tuple[str, dict[str, str]]]:
+    """Start a broker (embedded PostgreSQL or QUEEN_DATABASE_URL), yield (url, tokens), stop it."""
+    from broker.localserver import LocalBroker
+
+    secret = secrets.token_urlsafe(24)
+    with tempfile.TemporaryDirectory(prefix="queen-conformance-") as tmp:
+        pg = None
+        dsn = os.environ.get("QUEEN_DATABASE_URL")
+        if not dsn:
+            from broker.store import embedded
+
+            print("queen conformance: starting an embedded PostgreSQL ...", file=sys.stderr, flush=True)
+            pg = embedded.start(Path(tmp))
+            dsn = pg.dsn()
+        broker = LocalBroker(dsn=dsn, workers=workers, env=local_env(secret), log_path=Path(tmp) / "broker.log")
+        try:
+            print("queen conformance: starting a local broker ...", file=sys.stderr, flush=True)
+            broker.start()
+            yield broker.url, mint_tokens(secret)
+        finally:
+            broker.stop()
+            if pg is not None:
+                pg.stop()
+
+
+def print_catalogue(out=sys.stdout) -> None:
+    from conformance.catalogue import CONTRACTS
+    from conformance.plugin import contract_index
+
+    index = contract_index()
+    for c in CONTRACTS:
+        print(f"{c.id}  [{c.source}]", file=out)
+        print(textwrap.fill(c.sentence, 100, initial_indent="    ", subsequent_indent="    "), file=out)
+        for t in index.get(c.id, []) or ["(no test!)"]:
+            print(f"    test: {t}", file=out)
+    print(f"\n{len(CONTRACTS)} contracts", file=out)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="queen conformance",
+        description="Run the Queen conformance suite against a broker (or a local one) and gate on it.",
+        epilog="Any other argument is passed to pytest (e.g. -x, -k EXPR, -q).",
+    )
+    p.add_argument("--url", help="broker base URL; omitted = start a local broker")
+    p.add_argument("--token", help="bearer token of tenant A (produce + consume)")
+    p.add_argument("--token-b", help="bearer token of a second tenant B (isolation contracts)")
+    p.add_argument("--admin-token", help="operator token (admin grant): switches, plans")
+    p.add_argument("--token-produce-only", help="tenant A token with only the produce grant")
+    p.add_argument("--token-consume-only", help="tenant A token without the produce grant")
+    p.add_argument("--junitxml", help="write JUnit XML here (NOT VERIFIED shows as skipped with its reason)")
+    p.add_argument("--report", help="write a JSON report (per contract and per test) here")
+    p.add_argument("--strict", action="store_true", help="NOT VERIFIED fails the gate")
+    p.add_argument("--contract", action="append", default=[], help="only the tests of this contract id (repeatable)")
+    p.add_argument("--fire-timeout", type=float, help="seconds to wait for a timer to fire (default 20)")
+    p.add_argument("--list", action="store_true", help="print the contract catalogue with its tests and exit")
+    return p
+
+
+def pytest_args(args: argparse.Namespace, url: str, tokens: dict[str, str | None], extra: list[str]) -> list[str]:
+    argv = [str(SUITE_DIR), "-p", "no:cacheprovider", "--rootdir", str(SUITE_DIR.parent), "--queen-url", url]
+    for opt, key in (("--queen-token", "token"), ("--queen-token-b", "token_b"), ("--queen-admin-token", "admin_token"),
+                     ("--queen-token-produce-only", "token_produce_only"),
+                     ("--queen-token-consume-only", "token_consume_only")):
+        if tokens.get(key):
+            argv += [opt, str(tokens[key])]
+    if args.junitxml:
+        argv += ["--junitxml", args.junitxml]
+    if args.report:
+        argv += ["--queen-report", args.report]
+    if args.strict:
+        argv.append("--queen-strict")
+    for cid in args.contract:
+        argv += ["--queen-contract", cid]
+    if args.fire_timeout:
+        argv += ["--queen-fire-timeout", str(args.fire_timeout)]
+    return argv + extra
+
+
+def main(argv: list[str] | None = None) -> int:
+    import pytest
+
+    args, extra = build_parser().parse_known_args(argv)
+    if args.list:
+        print_catalogue()
+        return 0
+    tokens: dict[str, str | None] = {
+        "token": args.token, "token_b": args.token_b, "admin_token": args.admin_token,
+        "token_produce_only": args.token_produce_only, "token_consume_only": args.token_consume_only,
+    }
+    if args.url:
+        return int(pytest.main(pytest_args(args, args.url, tokens, extra)))
+    with local_broker() as (url, minted):
+        return int(pytest.main(pytest_args(args, url, {**minted}, extra)))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,56 @@
+"""Deadlines on queued messages (issue 3): a pop never hands out an expired message; it lands in the DLQ
+with error deadline_exceeded."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from conformance.client import expect, expect_error, poll, uniq
+
+contract = pytest.mark.contract
+
+
+def _push(api, q: str, payload, deadline_ms=None, txn=None):
+    item = {"queue": q, "partition": "Default", "payload": payload, "transactionId": txn or uuid.uuid4().hex}
+    if deadline_ms is not None:
+        item["deadlineMs"] = deadline_ms
+    return api.http.post("/api/v1/push", json={"items": [item]})
+
+
+@contract("DL-NOT-DELIVERED", "DL-TO-DLQ")
+def test_expired_message_never_popped(api):
+    q = uniq("q")
+    dead, live = uuid.uuid4().hex, uuid.uuid4().hex
+    expect(_push(api, q, {"call": "charge"}, deadline_ms=100, txn=dead), (200, 201))
+    expect(_push(api, q, {"call": "later"}, txn=live), (200, 201))
+    time.sleep(0.3)
+    msgs = api.drain(q)
+    assert [m["transactionId"] for m in msgs] == [live], f"an expired message was handed out: {msgs}"
+    rows = poll(lambda: [m for m in api.dlq(q) if m.get("transactionId") == dead], timeout=5,
+                what="the expired message in the DLQ")
+    err = rows[0].get("errorMessage") or rows[0].get("error") or ""
+    assert "deadline_exceeded" in str(err), f"DLQ row should carry error deadline_exceeded: {rows[0]}"
+
+
+@contract("DL-LIVE-DELIVERED")
+def test_message_within_deadline_delivered(api):
+    q = uniq("q")
+    txn, plain = uuid.uuid4().hex, uuid.uuid4().hex
+    expect(_push(api, q, {"n": 1}, deadline_ms=60_000, txn=txn), (200, 201))
+    expect(_push(api, q, {"n": 2}, txn=plain), (200, 201))
+    msgs = api.drain(q)
+    assert [m["transactionId"] for m in msgs] == [txn, plain], msgs
+    assert [m["data"] for m in msgs] == [{"n": 1}, {"n": 2}]
+    assert not [m for m in api.dlq(q) if m.get("transactionId") in (txn, plain)]
+
+
+@contract("DL-BAD-DEADLINE")
+def test_bad_deadline_refused(api):
+    q = uniq("q")
+    for bad in (0, -5, "soon", 1.5, True, {"ms": 1}):
+        txn = uuid.uuid4().hex
+        expect_error(_push(api, q, {"x": 1}, deadline_ms=bad, txn=txn), 400)
+        assert api.lookup(q, txn)["found"] is False

@@ -1,0 +1,120 @@
+"""The envelope and status-code rules: every refusal is {error, reason, detail}; no 500."""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.client import assert_envelope, body, uniq
+
+contract = pytest.mark.contract
+
+JSON_ROUTES = ("/api/v1/timers", "/api/v1/kv", "/api/v1/push", "/api/v1/transaction")
+
+
+def _auth(api) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api.token}"} if api.token else {}
+
+
+@contract("ENV-MALFORMED-JSON", "ENV-SHAPE")
+def test_malformed_json(api):
+    for path in JSON_ROUTES:
+        resp = api.http.post(path, content=b'{"operations": [', headers={"Content-Type": "application/json"})
+        assert resp.status_code == 400, f"{path}: malformed JSON is 400, got {resp.status_code}"
+        assert_envelope(resp)
+
+
+@contract("ENV-CONTENT-TYPE", "ENV-SHAPE")
+def test_wrong_content_type(api):
+    for path in JSON_ROUTES:
+        resp = api.http.post(path, content=b'{"operations": []}', headers={"Content-Type": "text/plain"})
+        assert 400 <= resp.status_code < 500, f"{path}: a text/plain body is a 4xx, got {resp.status_code}"
+        assert_envelope(resp)
+
+
+@contract("ENV-OVERSIZED", "ENV-SHAPE")
+def test_oversized_body(api):
+    blob = b'{"operations": [], "pad": "' + b"x" * (9 * 1024 * 1024) + b'"}'
+    for path in ("/api/v1/timers", "/api/v1/push"):
+        resp = api.http.post(path, content=blob, headers={"Content-Type": "application/json"})
+        assert resp.status_code == 413, f"{path}: an oversized body is 413, got {resp.status_code}"
+        assert_envelope(resp)
+
+
+@contract("ENV-NO-SUCH-ROUTE", "ENV-SHAPE")
+def test_unknown_route(api):
+    for method, path in (("GET", "/api/v1/nope"), ("POST", "/api/v1/queues/x/clear"), ("GET", f"/api/v2/{uniq('x')}"),
+                         ("DELETE", "/api/v1/queues/q/clear")):
+        resp = api.http.request(method, path)
+        assert resp.status_code == 404, f"{method} {path}: expected 404, got {resp.status_code}"
+        assert_envelope(resp)
+        assert body(resp)["error"] == "no_such_route", body(resp)
+
+
+@contract("ENV-UNAUTHENTICATED", "ENV-SHAPE")
+def test_no_credential(api, target):
+    if not api.token:
+        from conformance.plugin import not_verified
+
+        not_verified("the target runs without authentication (no --queen-token given)")
+    raw = target.raw()
+    for method, path in (("POST", "/api/v1/timers"), ("GET", "/api/v1/timers/q/k"), ("DELETE", "/api/v1/timers/q/k"),
+                         ("POST", "/api/v1/kv")):
+        resp = raw.request(method, path, json={"operations": []} if method == "POST" else None)
+        assert resp.status_code == 401, f"{method} {path} without a credential: expected 401, got {resp.status_code}"
+        assert_envelope(resp)
+    resp = raw.get("/api/v1/timers/q/k", headers={"Authorization": "Bearer not.a.token"})
+    assert resp.status_code == 401
+    assert_envelope(resp)
+
+
+GARBAGE = [
+    ("POST", "/api/v1/timers", {"operations": None}),
+    ("POST", "/api/v1/timers", {"operations": [None, 1, "x", []]}),
+    ("POST", "/api/v1/timers", {"operations": [{"op": "schedule", "queue": {"a": 1}, "timerKey": [1], "delayMs": 1e30,
+                                                "txn": 5, "payload": 7}]}),
+    ("POST", "/api/v1/timers", {"operations": [{"op": "schedule", "queue": "q", "timerKey": "k", "delayMs": 2 ** 70,
+                                                "txn": "t", "payload": ""}]}),
+    ("POST", "/api/v1/timers", {"operations": [{"op": "schedule", "queue": "q\u0000", "timerKey": "k\u0000",
+                                                "delayMs": 1, "txn": "t", "payload": "AA=="}]}),
+    ("POST", "/api/v1/timers", {"operations": [{"op": "cancel", "queue": "q" * 5000, "timerKey": "k" * 70000}]}),
+    ("POST", "/api/v1/timers", {"operations": [{"op": "schedule", "queue": "q", "timerKey": "k", "delayMs": -2 ** 63,
+                                                "txn": "t", "payload": "AA==", "partition": ""}]}),
+    ("GET", "/api/v1/timers/q?limit=abc&after=%00", None),
+    ("GET", "/api/v1/timers/q/k%00", None),
+    ("DELETE", "/api/v1/timers/q/k?txn=%00%ff", None),
+    ("POST", "/api/v1/kv", {"operations": [{"op": "get"}]}),
+    ("POST", "/api/v1/kv", {"operations": [{"op": "incr", "ns": "a", "key": "k", "delta": "1e400", "forever": True}]}),
+    ("POST", "/api/v1/kv", {"operations": [{"op": "incr", "ns": "a", "key": "k", "delta": 1e308, "forever": True},
+                                           {"op": "incr", "ns": "a", "key": "k2", "delta": 2 ** 80, "forever": True}]}),
+    ("POST", "/api/v1/kv", {"operations": [{"op": "put", "ns": "a", "key": "k\u0000", "value": "\u0000", "forever": True}]}),
+    ("POST", "/api/v1/kv", {"operations": [{"op": "put", "ns": "a", "key": "k", "value": 1, "ttlSeconds": 2 ** 62}]}),
+    ("POST", "/api/v1/kv", {"operations": [{"op": "getMany", "ns": "a", "keys": "k"}]}),
+    ("POST", "/api/v1/kv", {"operations": [{"op": "check", "ns": "a", "key": "k", "expect": 2 ** 70}]}),
+    ("POST", "/api/v1/push", {"items": [{"queue": None, "payload": 1}]}),
+    ("POST", "/api/v1/push", {"items": [{"queue": "q\u0000", "partition": "p\u0000", "payload": "\u0000",
+                                         "transactionId": "t\u0000"}]}),
+    ("POST", "/api/v1/push", {"items": "nope"}),
+    ("POST", "/api/v1/push", {"items": [{"queue": "q", "payload": 1, "deadlineMs": 2 ** 70}]}),
+    ("GET", "/api/v1/pop/queue/q?batch=-1&timeout=abc&wait=maybe", None),
+    ("GET", "/api/v1/messages/lookup?queue=&txn=", None),
+    ("GET", "/api/v1/dlq?limit=-3&offset=x", None),
+    ("POST", "/api/v1/dlq/not-an-id/replay", None),
+    ("POST", "/api/v1/transaction", {"operations": [{"type": "bogus"}], "timers": "x", "kv": 3}),
+]
+
+
+@contract("ENV-NO-500", "ENV-SHAPE")
+def test_no_500_on_garbage(api, target):
+    raw = target.raw()
+    bad = []
+    for method, path, payload in GARBAGE:
+        resp = raw.request(method, path, json=payload, headers=_auth(api))
+        if resp.status_code >= 500 and resp.status_code != 503:
+            bad.append(f"{method} {path} {str(payload)[:80]} -> {resp.status_code} {resp.text[:120]}")
+            continue
+        if resp.status_code >= 400:
+            try:
+                assert_envelope(resp)
+            except AssertionError as exc:
+                bad.append(str(exc))
+    assert not bad, "garbage answered outside the rules:\n" + "\n".join(bad)
