@@ -1,0 +1,222 @@
+"""The message log's hot routes: push, pop (long poll), ack, lease extend, the DLQ, lookups.
+
+Thin handlers: parse and validate (``broker.log.parse``), call ``LogService`` / ``catalog``, render.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from aiohttp import web
+
+from broker import limits
+from broker.app import BROKER, Broker, broker, principal
+from broker.errors import BadRequest
+from broker.http.wire import json_response, q_bool, q_int, read_object
+from broker.log import QUEUE_MODE, catalog, parse
+from broker.log.service import LogService, PopRequest
+from broker.log.waiters import CHANNEL
+
+MAX_TIMEOUT_MS = 300_000
+MAX_BATCH = 10_000
+MAX_PARTITIONS = 100
+
+
+def _svc(request: web.Request) -> LogService:
+    return broker(request).services["log"]  # type: ignore[return-value]
+
+
+async def push(request: web.Request) -> web.Response:
+    p = principal(request)
+    p.require("produce")
+    body = await read_object(request)
+    extra = set(body) - {"items"}
+    if extra:
+        raise BadRequest("unknown_field", f"{sorted(extra)[0]!r} is not a push field; send {{\"items\": [...]}}")
+    plan = await limits.plan_for(broker(request), p.tenant)
+    items = parse.push_items(body.get("items"), max_payload=plan.max_payload_bytes)
+    return json_response(await _svc(request).push(p, items), status=201)
+
+
+def _pop_request(request: web.Request, queue: str, partition: str | None) -> PopRequest:
+    b = broker(request)
+    if q_bool(request, "conflation", False):
+        raise BadRequest("conflation_unsupported", "this broker does not conflate; pop without conflation=true")
+    mode = request.query.get("subscriptionMode") or None
+    if mode is not None and mode not in ("all", "new"):
+        raise BadRequest("bad_query", "subscriptionMode must be 'all' or 'new'")
+    raw_from = request.query.get("subscriptionFrom") or None
+    sub_from = None
+    if raw_from is not None and raw_from != "now":
+        sub_from = parse.timestamp(raw_from, "subscriptionFrom")
+    if raw_from == "now":
+        mode = "new"
+    group = request.query.get("consumerGroup") or QUEUE_MODE
+    return PopRequest(
+        queue=queue,
+        partition=partition,
+        group=parse.name(group, "consumerGroup"),
+        batch=q_int(request, "batch", b.settings.pop_default_batch, lo=1, hi=MAX_BATCH, clamp=True),
+        partitions=q_int(request, "partitions", 1, lo=1, hi=MAX_PARTITIONS, clamp=True),
+        auto_ack=q_bool(request, "autoAck", False),
+        sub_mode=mode,
+        sub_from=sub_from,
+        wait=q_bool(request, "wait", False),
+        timeout_ms=q_int(request, "timeout", 30_000, lo=0, hi=MAX_TIMEOUT_MS, clamp=True),
+    )
+
+
+def _pop_answer(answer: dict | None) -> web.Response:
+    if answer is None:
+        return web.Response(status=204)
+    return json_response(answer)
+
+
+async def pop_queue(request: web.Request) -> web.Response:
+    p = principal(request)
+    p.require("consume")
+    queue = parse.name(request.match_info["queue"], "queue")
+    partition = request.match_info.get("partition")
+    if partition is not None:
+        partition = parse.name(partition, "partition")
+    req = _pop_request(request, queue, partition)
+    return _pop_answer(await _svc(request).pop(p, req))
+
+
+async def pop_by_namespace(request: web.Request) -> web.Response:
+    p = principal(request)
+    p.require("consume")
+    ns = parse.opt_str(request.query.get("namespace"), "namespace")
+    task = parse.opt_str(request.query.get("task"), "task")
+    if ns is None and task is None:
+        raise BadRequest("bad_query", "pop by namespace needs namespace and/or task")
+    queues = await catalog.queues_by_namespace(broker(request), p.tenant, ns, task)
+    if not queues:
+        return web.Response(status=204)
+    req = _pop_request(request, queues[0], None)
+    return _pop_answer(await _svc(request).pop(p, req, queues))
+
+
+async def ack(request: web.Request) -> web.Response:
+    p = principal(request)
+    p.require("consume")
+    body = await read_object(request)
+    item = parse.ack_item(body, "body", None)
+    return json_response(await _svc(request).ack(p, [item]))
+
+
+async def ack_batch(request: web.Request) -> web.Response:
+    p = principal(request)
+    p.require("consume")
+    body = await read_object(request)
+    acks = body.get("acknowledgments")
+    if not isinstance(acks, list):
+        raise BadRequest("bad_ack", "acknowledgments must be an array")
+    if len(acks) > parse.MAX_ITEMS:
+        raise BadRequest("too_many_items", f"at most {parse.MAX_ITEMS} acknowledgments per call")
+    group = body.get("consumerGroup")
+    if group is not None:
+        group = parse.name(group, "consumerGroup")
+    items = [parse.ack_item(a, f"acknowledgments[{i}]", group) for i, a in enumerate(acks)]
+    return json_response(await _svc(request).ack(p, items))
+
+
+async def lease_extend(request: web.Request) -> web.Response:
+    p = principal(request)
+    p.require("consume")
+    await read_object(request, allow_empty=True)
+    return json_response(await _svc(request).extend(p, request.match_info["lease"]))
+
+
+async def dlq_list(request: web.Request) -> web.Response:
+    p = principal(request)
+    p.require("consume")
+    q = request.query
+    since = parse.timestamp(q["from"], "from") if q.get("from") else None
+    until = parse.timestamp(q["to"], "to") if q.get("to") else None
+    out = await catalog.dlq_list(
+        broker(request), p.tenant,
+        parse.opt_str(q.get("queue"), "queue"),
+        parse.opt_str(q.get("consumerGroup"), "consumerGroup"),
+        parse.opt_str(q.get("partition"), "partition"),
+        since, until,
+        q_int(request, "limit", 100, lo=1, hi=1000, clamp=True),
+        q_int(request, "offset", 0, lo=0),
+    )
+    return json_response(out)
+
+
+async def dlq_replay(request: web.Request) -> web.Response:
+    p = principal(request)
+    p.require("produce")
+    await read_object(request, allow_empty=True)
+    try:
+        dlq_id = uuid.UUID(request.match_info["id"])
+    except ValueError:
+        raise BadRequest("bad_uuid", "the DLQ id is not a UUID") from None
+    return json_response(await catalog.dlq_replay(broker(request), p, dlq_id))
+
+
+async def lookup(request: web.Request) -> web.Response:
+    p = principal(request)
+    p.require("consume")
+    queue = parse.name(request.query.get("queue"), "queue")
+    txn = request.query.get("txn")
+    if not txn:
+        raise BadRequest("bad_query", "txn is required")
+    return json_response(await catalog.lookup(broker(request), p.tenant, queue, txn))
+
+
+async def message_get(request: web.Request) -> web.Response:
+    p = principal(request)
+    p.require("consume")
+    try:
+        pid = uuid.UUID(request.match_info["pid"])
+    except ValueError:
+        raise BadRequest("bad_uuid", "the partition id is not a UUID") from None
+    return json_response(await catalog.message_get(broker(request), p.tenant, pid, request.match_info["txn"]))
+
+
+def ensure_service(app: web.Application) -> LogService:
+    """One LogService per worker, shared by the log's route modules: subscribes the long-poll waiters to
+    NOTIFY once booted, wakes them on a LISTEN reconnect and at drain."""
+    b: Broker = app[BROKER]
+    svc = b.services.get("log")
+    if isinstance(svc, LogService):
+        return svc
+    svc = LogService(b)
+    b.services["log"] = svc
+
+    async def on_ready(bb: Broker) -> None:
+        assert bb.notifier is not None
+        bb.notifier.subscribe(CHANNEL, svc.waiters.notify)
+        bb.notifier.on_reconnect(svc.waiters.wake_all)
+
+    async def on_stop() -> None:
+        svc.waiters.wake_all()
+
+    async def on_shutdown(_app: web.Application) -> None:
+        # Runs before aiohttp waits for in-flight requests: long polls answer 204 now (b.draining is set).
+        b.draining = True
+        svc.waiters.wake_all()
+
+    b.on_ready("log", on_ready)
+    b.on_stop(on_stop)
+    app.on_shutdown.append(on_shutdown)
+    return svc
+
+
+def setup(app: web.Application) -> None:
+    ensure_service(app)
+    r = app.router
+    r.add_post("/api/v1/push", push)
+    r.add_get("/api/v1/pop/queue/{queue}", pop_queue)
+    r.add_get("/api/v1/pop/queue/{queue}/partition/{partition}", pop_queue)
+    r.add_get("/api/v1/pop", pop_by_namespace)
+    r.add_post("/api/v1/ack", ack)
+    r.add_post("/api/v1/ack/batch", ack_batch)
+    r.add_post("/api/v1/lease/{lease}/extend", lease_extend)
+    r.add_get("/api/v1/dlq", dlq_list)
+    r.add_post("/api/v1/dlq/{id}/replay", dlq_replay)
+    r.add_get("/api/v1/messages/lookup", lookup)
+    r.add_get("/api/v1/messages/{pid}/{txn}", message_get)

@@ -1,0 +1,26 @@
+"""``POST /api/v1/transaction``: see ``broker.log.transaction`` for the bundle's semantics."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from broker import limits
+from broker.app import broker, principal
+from broker.http.wire import json_response, read_object
+from broker.log import transaction
+
+
+async def run(request: web.Request) -> web.Response:
+    p = principal(request)
+    b = broker(request)
+    body = await read_object(request)
+    plan = await limits.plan_for(b, p.tenant)
+    bundle = transaction.parse_bundle(body, p, b, plan.max_payload_bytes)
+    return json_response(await transaction.run(b, b.services["log"], p, bundle))
+
+
+def setup(app: web.Application) -> None:
+    from broker.http import messages
+
+    messages.ensure_service(app)
+    app.router.add_post("/api/v1/transaction", run)

@@ -1,0 +1,193 @@
+"""Queues, the DLQ and lookups: the log's less hot operations."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from broker.errors import Conflict, NotFound
+from broker.ids import uuid7
+from broker.log import render
+from broker.log.parse import QueueOptions
+from broker.metrics import MESSAGES_PUSHED
+from broker.payloads import Sealed, open_
+from broker.store.queries import Q
+
+
+def queue_not_found(queue: str) -> NotFound:
+    return NotFound("queue_not_found", f"queue {queue!r} does not exist", code="queue_not_found", extra={"queue": queue})
+
+
+async def configure(b: Any, tenant: str, queue: str, namespace: str | None, task: str | None, opts: QueueOptions) -> dict[str, Any]:
+    async with b.require_pool().acquire() as conn, conn.transaction():
+        await conn.execute(Q.log_configure, tenant)
+        r = await conn.fetchrow(
+            Q.log_configure_queue, tenant, queue, namespace, task, opts.lease_time_s, opts.retry_limit,
+            opts.dlq_enabled, opts.encryption_enabled, opts.extra,
+        )
+    body = render.queue_row(r)
+    return {"configured": True, "queue": queue, "namespace": namespace, "task": task, "options": body["options"]}
+
+
+async def list_queues(b: Any, tenant: str, namespace: str | None, task: str | None, limit: int) -> dict[str, Any]:
+    async with b.require_pool().acquire() as conn:
+        rows = await conn.fetch(Q.log_queue_list, tenant, namespace, task, limit)
+    queues = []
+    for r in rows:
+        q = render.queue_row(r)
+        q["partitions"] = r["partitions"]
+        q["messages"] = r["messages"]
+        queues.append(q)
+    return {"queues": queues, "count": len(queues)}
+
+
+async def get_queue(b: Any, tenant: str, queue: str, partition_limit: int) -> dict[str, Any]:
+    async with b.require_pool().acquire() as conn:
+        r = await conn.fetchrow(Q.log_queue_get, tenant, queue)
+        if r is None:
+            raise queue_not_found(queue)
+        parts = await conn.fetch(Q.log_queue_partitions, tenant, queue, partition_limit)
+        groups = await conn.fetch(Q.log_queue_groups, tenant, queue)
+    body = render.queue_row(r)
+    body["partitions"] = [
+        {"id": str(p["id"]), "name": p["name"], "messages": p["messages"], "createdAt": render.ts(p["created_at"]),
+         "lastPushAt": render.ts(p["last_push_at"])}
+        for p in parts
+    ]
+    body["consumerGroups"] = [
+        {"name": g["consumer_group"], "pending": int(g["pending"]), "leasedPartitions": g["leased_partitions"]} for g in groups
+    ]
+    return body
+
+
+async def delete_queue(b: Any, tenant: str, queue: str) -> dict[str, Any]:
+    async with b.require_pool().acquire() as conn, conn.transaction():
+        gone = await conn.fetchval(Q.log_queue_delete, tenant, queue)
+    if gone is None:
+        raise queue_not_found(queue)
+    return {"deleted": True, "queue": queue}
+
+
+def _dlq_row(b: Any, tenant: str, r: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": str(r["id"]),
+        "messageId": str(r["message_id"]),
+        "queueName": r["queue"],
+        "partitionId": str(r["partition_id"]) if r["partition_id"] else None,
+        "partitionName": r["partition"],
+        "transactionId": r["txn"],
+        "traceId": str(r["trace_id"]) if r["trace_id"] else None,
+        "consumerGroup": r["consumer_group"],
+        "synthetic": r["synthetic"],
+        "errorMessage": r["error"],
+        "retryCount": r["retry_count"],
+        "producerSub": r["producer_sub"],
+        "originalCreatedAt": render.ts(r["original_created_at"]),
+        "messageCreatedAt": render.ts(r["original_created_at"]),
+        "movedToDlqAt": render.ts(r["created_at"]),
+    }
+    if r["payload"] is None:
+        out["data"] = None
+    else:
+        opened = open_(b.codec, b.keyring, tenant, r["queue"], Sealed(r["payload"], r["codec"], r["key_id"]))
+        out.update(render.data_fields(opened))
+    return out
+
+
+async def dlq_list(
+    b: Any, tenant: str, queue: str | None, group: str | None, partition: str | None,
+    since: datetime | None, until: datetime | None, limit: int, offset: int,
+) -> dict[str, Any]:
+    async with b.require_pool().acquire() as conn:
+        rows = await conn.fetch(Q.log_dlq_list, tenant, queue, group, partition, since, until, limit, offset)
+        total = rows[0]["total"] if rows else await conn.fetchval(Q.log_dlq_count, tenant, queue, group, partition, since, until)
+    return {"messages": [_dlq_row(b, tenant, r) for r in rows], "total": total, "limit": limit, "offset": offset}
+
+
+def replay_txn(txn: str, dlq_id: uuid.UUID) -> str:
+    """The replayed message's transaction id: the original is still in the log (consumed messages are
+    kept), so reusing it would dedupe the replay away. Derived from the DLQ row, so replaying the same
+    row twice can never make two messages."""
+    return f"{txn}:replay:{dlq_id}"
+
+
+async def dlq_replay(b: Any, principal: Any, dlq_id: uuid.UUID) -> dict[str, Any]:
+    async with b.require_pool().acquire() as conn, conn.transaction():
+        r = await conn.fetchrow(Q.log_dlq_take, principal.tenant, dlq_id)
+        if r is None:
+            raise NotFound("dlq_not_found", f"no dead letter {dlq_id}", code="dlq_not_found")
+        if r["synthetic"]:
+            raise Conflict(
+                "synthetic_consumer_group",
+                "this dead letter never had a consumer group (a timer that exhausted its fire attempts): its offset "
+                "is not a position in any group, so it cannot be replayed; schedule a new timer instead",
+                code="dlq_replay_refused",
+            )
+        if r["payload"] is None or r["partition"] is None:
+            raise Conflict("no_payload", "this dead letter carries no stored message to replay", code="dlq_replay_refused")
+        txn = replay_txn(r["txn"], dlq_id)
+        mid = uuid7()
+        rows = await conn.fetch(
+            Q.log_push, principal.tenant, [], [r["queue"]], [r["partition"]], [mid], [txn], [r["trace_id"]],
+            [r["payload"]], [r["codec"]], [r["key_id"]], [r["producer_sub"]], [None],
+        )
+        await conn.execute(Q.log_dlq_delete, principal.tenant, dlq_id)
+    row = rows[0]
+    if row["status"] == "queued":
+        MESSAGES_PUSHED.labels("dlq_replay").inc()
+    return {
+        "replayed": True,
+        "dlqId": str(dlq_id),
+        "queue": r["queue"],
+        "partition": r["partition"],
+        "partitionId": str(row["partition_id"]),
+        "messageId": str(row["message_id"]),
+        "transactionId": txn,
+        "originalMessageId": str(r["message_id"]),
+        "status": row["status"],
+    }
+
+
+async def lookup(b: Any, tenant: str, queue: str, txn: str) -> dict[str, Any]:
+    async with b.require_pool().acquire() as conn:
+        r = await conn.fetchrow(Q.log_lookup_txn, tenant, queue, txn)
+    if r is None:
+        return {"found": False, "queue": queue, "transactionId": txn}
+    return {
+        "found": True,
+        "queue": r["queue"],
+        "partition": r["partition"],
+        "partitionId": str(r["partition_id"]),
+        "messageId": str(r["message_id"]),
+        "transactionId": r["txn"],
+        "producerSub": r["producer_sub"],
+        "createdAt": render.ts(r["created_at"]),
+    }
+
+
+async def message_get(b: Any, tenant: str, pid: uuid.UUID, txn: str) -> dict[str, Any]:
+    async with b.require_pool().acquire() as conn:
+        r = await conn.fetchrow(Q.log_message_get, tenant, pid, txn)
+    if r is None:
+        raise NotFound("message_not_found", "no message with this partition id and transaction id", code="message_not_found")
+    opened = open_(b.codec, b.keyring, tenant, r["queue"], Sealed(r["payload"], r["codec"], r["key_id"]))
+    return {
+        "id": str(r["id"]),
+        "transactionId": r["txn"],
+        "traceId": str(r["trace_id"]) if r["trace_id"] else None,
+        **render.data_fields(opened),
+        "producerSub": r["producer_sub"],
+        "createdAt": render.ts(r["created_at"]),
+        "deadlineAt": render.ts(r["deadline_at"]),
+        "queue": r["queue"],
+        "partition": r["partition"],
+        "partitionId": str(r["partition_id"]),
+        "offset": r["seq"],
+        "encrypted": r["key_id"] is not None,
+    }
+
+
+async def queues_by_namespace(b: Any, tenant: str, namespace: str | None, task: str | None) -> list[str]:
+    async with b.require_pool().acquire() as conn:
+        return [r["name"] for r in await conn.fetch(Q.log_queues_by_namespace, tenant, namespace, task)]

@@ -1,0 +1,221 @@
+"""Validation of what clients send to the log routes. Pure functions: a bad value raises ``BadRequest``
+(400, envelope) before anything touches the database, so a refused call changes nothing."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from broker.errors import BadRequest, PayloadTooLarge
+from broker.log import QUEUE_MODE
+
+MAX_NAME = 256
+MAX_TXN = 512
+MAX_DEADLINE_MS = 7 * 86_400_000
+MAX_ITEMS = 10_000
+DEFAULT_PARTITION = "Default"
+
+# Item keys the server owns: supplying one is a refusal, never a silent drop.
+SERVER_OWNED = ("producerSub", "messageId", "tenant")
+PUSH_ITEM_KEYS = frozenset({"queue", "partition", "payload", "transactionId", "traceId", "deadlineMs"})
+
+# Every option key the official client may send to /configure (the nine it always sends plus the
+# extras it forwards), and what we do with it: the typed ones are stored in columns and enforced;
+# the rest are kept in queen_queues.options as given.
+OPTION_INT = {"leaseTime": (1, 86_400 * 30), "retryLimit": (0, 1_000), "priority": (-1_000_000, 1_000_000),
+              "delayedProcessing": (0, 86_400 * 365), "windowBuffer": (0, 86_400 * 365),
+              "maxSize": (0, 2**62), "retentionSeconds": (0, 2**31), "completedRetentionSeconds": (0, 2**31),
+              "retryDelay": (0, 86_400_000), "maxWaitTimeSeconds": (0, 86_400 * 365)}
+OPTION_BOOL = ("encryptionEnabled", "dlqAfterMaxRetries", "deadLetterQueue")
+ACK_STATUSES = frozenset({"completed", "success", "failed", "retry", "dlq"})
+
+
+@dataclass(frozen=True)
+class PushItem:
+    queue: str
+    partition: str
+    data: bytes  # the payload's JSON bytes
+    txn: str | None
+    trace: uuid.UUID | None
+    deadline_ms: int | None
+
+
+@dataclass(frozen=True)
+class QueueOptions:
+    lease_time_s: int
+    retry_limit: int
+    dlq_enabled: bool
+    encryption_enabled: bool
+    extra: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class AckItem:
+    partition_id: uuid.UUID
+    txn: str
+    status: str
+    lease: uuid.UUID | None
+    lease_malformed: bool
+    group: str
+    error: str | None
+
+
+def name(value: Any, what: str, *, default: str | None = None) -> str:
+    if value is None and default is not None:
+        return default
+    if not isinstance(value, str) or not value:
+        raise BadRequest("bad_name", f"{what} must be a non-empty string")
+    if len(value) > MAX_NAME:
+        raise BadRequest("bad_name", f"{what} is longer than {MAX_NAME} characters")
+    if any(ord(ch) < 32 for ch in value):
+        raise BadRequest("bad_name", f"{what} contains a control character")
+    return value
+
+
+def opt_str(value: Any, what: str) -> str | None:
+    if value is None or value == "":
+        return None
+    return name(value, what)
+
+
+def push_items(raw: Any, *, max_payload: int, where: str = "items") -> list[PushItem]:
+    if not isinstance(raw, list):
+        raise BadRequest("bad_items", f"{where} must be an array of push items")
+    if len(raw) > MAX_ITEMS:
+        raise BadRequest("too_many_items", f"{where} holds {len(raw)} items; at most {MAX_ITEMS} per call")
+    return [push_item(it, f"{where}[{i}]", max_payload) for i, it in enumerate(raw)]
+
+
+def push_item(it: Any, where: str, max_payload: int) -> PushItem:
+    if not isinstance(it, dict):
+        raise BadRequest("bad_item", f"{where} must be an object")
+    for key in it:
+        if key in SERVER_OWNED or key.startswith("_"):
+            raise BadRequest(
+                "server_owned_field", f"{where}.{key} is set by the broker and cannot be supplied", extra={"field": key}
+            )
+        if key not in PUSH_ITEM_KEYS:
+            raise BadRequest("unknown_field", f"{where}.{key} is not a push item field", extra={"field": key})
+    queue = name(it.get("queue"), f"{where}.queue")
+    partition = name(it.get("partition"), f"{where}.partition", default=DEFAULT_PARTITION)
+    if "payload" not in it:
+        raise BadRequest("payload_required", f"{where}.payload is required (any JSON value, null included)")
+    data = orjson.dumps(it["payload"])
+    if len(data) > max_payload:
+        raise PayloadTooLarge(
+            "payload_too_large", f"{where}.payload is {len(data)} bytes; the plan allows {max_payload}",
+            extra={"limit": max_payload},
+        )
+    txn = it.get("transactionId")
+    if txn is not None:
+        if not isinstance(txn, str) or not txn or len(txn) > MAX_TXN:
+            raise BadRequest("bad_transaction_id", f"{where}.transactionId must be a string of 1..{MAX_TXN} characters")
+    trace = it.get("traceId")
+    trace_id = None
+    if trace is not None and trace != "":
+        trace_id = parse_uuid(trace, f"{where}.traceId")
+    return PushItem(queue, partition, data, txn, trace_id, deadline(it.get("deadlineMs"), f"{where}.deadlineMs"))
+
+
+def deadline(value: Any, what: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0 or value > MAX_DEADLINE_MS:
+        raise BadRequest("bad_deadline", f"{what} must be a positive integer of milliseconds (at most {MAX_DEADLINE_MS})")
+    return value
+
+
+def parse_uuid(value: Any, what: str) -> uuid.UUID:
+    if not isinstance(value, str):
+        raise BadRequest("bad_uuid", f"{what} must be a UUID string")
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise BadRequest("bad_uuid", f"{what}={value!r} is not a UUID") from None
+
+
+def maybe_uuid(value: Any) -> uuid.UUID | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        return None
+
+
+def queue_options(raw: Any, current: QueueOptions | None = None) -> QueueOptions:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise BadRequest("bad_options", "options must be an object")
+    extra: dict[str, Any] = dict(current.extra) if current else {}
+    lease = current.lease_time_s if current else 300
+    retry = current.retry_limit if current else 3
+    dlq = current.dlq_enabled if current else True
+    enc = current.encryption_enabled if current else False
+    for key, value in raw.items():
+        if value is None:
+            continue
+        if key in OPTION_INT:
+            lo, hi = OPTION_INT[key]
+            if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+                raise BadRequest("bad_option", f"options.{key} must be an integer in [{lo}, {hi}]", extra={"option": key})
+            if key == "leaseTime":
+                lease = value
+            elif key == "retryLimit":
+                retry = value
+            else:
+                extra[key] = value
+        elif key in OPTION_BOOL:
+            if not isinstance(value, bool):
+                raise BadRequest("bad_option", f"options.{key} must be true or false", extra={"option": key})
+            if key == "encryptionEnabled":
+                enc = value
+            elif key == "dlqAfterMaxRetries":
+                dlq = value
+            else:
+                extra[key] = value
+        else:
+            raise BadRequest("unknown_option", f"options.{key} is not a queue option this broker knows", extra={"option": key})
+    return QueueOptions(lease, retry, dlq, enc, extra)
+
+
+def ack_item(raw: Any, where: str, default_group: str | None) -> AckItem:
+    if not isinstance(raw, dict):
+        raise BadRequest("bad_ack", f"{where} must be an object")
+    txn = raw.get("transactionId")
+    if not isinstance(txn, str) or not txn:
+        raise BadRequest("bad_ack", f"{where}.transactionId must be a non-empty string")
+    pid = parse_uuid(raw.get("partitionId"), f"{where}.partitionId")
+    status = raw.get("status", "completed")
+    if status is True:
+        status = "completed"
+    elif status is False:
+        status = "failed"
+    if status not in ACK_STATUSES:
+        raise BadRequest("bad_status", f"{where}.status must be one of {sorted(ACK_STATUSES)}")
+    lease_raw = raw.get("leaseId")
+    lease = maybe_uuid(lease_raw)
+    malformed = lease is None and lease_raw not in (None, "")
+    group = raw.get("consumerGroup") or default_group or QUEUE_MODE
+    group = name(group, f"{where}.consumerGroup")
+    err = raw.get("error")
+    if err is not None and not isinstance(err, str):
+        err = orjson.dumps(err).decode()
+    if err is not None:
+        err = err[:4000]
+    return AckItem(pid, txn, status, lease, malformed, group, err)
+
+
+def timestamp(value: str, what: str) -> datetime:
+    try:
+        ts = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise BadRequest("bad_timestamp", f"{what}={value!r} is not an ISO-8601 timestamp") from None
+    if ts.tzinfo is None:
+        ts = ts.replace(tzinfo=UTC)
+    return ts

@@ -1,0 +1,55 @@
+"""Wire shapes of the log routes, one function per shape."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from broker.payloads import Undecryptable
+
+
+def ts(value: datetime | None) -> str | None:
+    """``YYYY-MM-DDTHH:MM:SS.mmmZ`` (UTC, milliseconds), the format the client parses."""
+    if value is None:
+        return None
+    v = value.astimezone(UTC)
+    return v.strftime("%Y-%m-%dT%H:%M:%S.") + f"{v.microsecond // 1000:03d}Z"
+
+
+def data_fields(opened: bytes | Undecryptable) -> dict[str, Any]:
+    """The ``data`` of a delivered message: the stored JSON embedded as is (no re-parse), or null and
+    the reason when it cannot be decrypted (key removed from the ring, corrupt bytes)."""
+    if isinstance(opened, Undecryptable):
+        return {"data": None, "undecryptable": True, "decryptError": opened.reason, "keyId": opened.key_id}
+    return {"data": orjson.Fragment(opened)}
+
+
+def push_result(i: int, item_queue: str, txn: str, row: Any) -> dict[str, Any]:
+    return {
+        "index": i,
+        "message_id": str(row["message_id"]),
+        "transaction_id": txn,
+        "partition_id": str(row["partition_id"]),
+        "queueName": item_queue,
+        "status": row["status"],
+    }
+
+
+def queue_row(r: Any) -> dict[str, Any]:
+    out = {
+        "name": r["name"],
+        "namespace": r["namespace"],
+        "task": r["task"],
+        "options": {
+            "leaseTime": r["lease_time_s"],
+            "retryLimit": r["retry_limit"],
+            "dlqAfterMaxRetries": r["dlq_enabled"],
+            "encryptionEnabled": r["encryption_enabled"],
+            **(r["options"] or {}),
+        },
+        "createdAt": ts(r["created_at"]),
+        "updatedAt": ts(r["updated_at"]),
+    }
+    return out

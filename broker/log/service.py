@@ -1,0 +1,317 @@
+"""The log's domain operations over the named queries. One round trip per batch on the hot paths:
+push = one ``queen_push_checked`` call (plus the metering hook) in one transaction, pop = one
+``queen_pop`` call, ack = one ``queen_ack`` call."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from broker import limits, metering
+from broker.crypto import NoEncryptionKey
+from broker.errors import Unavailable
+from broker.ids import uuid7
+from broker.log import QUEUE_MODE, render
+from broker.log.parse import AckItem, PushItem
+from broker.log.waiters import Waiters
+from broker.metrics import MESSAGES_ACKED, MESSAGES_EXPIRED, MESSAGES_POPPED, MESSAGES_PUSHED
+from broker.payloads import Sealed, open_, seal
+from broker.store.queries import Q
+
+ENCRYPTION_RACE = "QN001"
+FLAG_TTL_S = 10.0
+
+
+@dataclass(frozen=True)
+class PopRequest:
+    queue: str
+    partition: str | None
+    group: str
+    batch: int
+    partitions: int
+    auto_ack: bool
+    sub_mode: str | None
+    sub_from: datetime | None
+    wait: bool
+    timeout_ms: int
+
+
+class LogService:
+    def __init__(self, broker: Any) -> None:
+        self.b = broker
+        self.waiters = Waiters()
+        self._flags: dict[tuple[str, str], tuple[bool, float]] = {}
+
+    # ---- encryption flags (cached per worker; queen_push_checked catches a stale "plain")
+
+    def forget(self, tenant: str, queue: str) -> None:
+        self._flags.pop((tenant, queue), None)
+
+    async def _encrypting(self, conn: asyncpg.Connection, tenant: str, queues: set[str], *, fresh: bool) -> set[str]:
+        now = time.monotonic()
+        out: set[str] = set()
+        missing: list[str] = []
+        for q in queues:
+            hit = None if fresh else self._flags.get((tenant, q))
+            if hit is None or hit[1] < now:
+                missing.append(q)
+            elif hit[0]:
+                out.add(q)
+        if missing:
+            found = {r["name"]: r["encryption_enabled"] for r in await conn.fetch(Q.log_queue_flags, tenant, missing)}
+            for q in missing:
+                enc = bool(found.get(q, False))
+                self._flags[(tenant, q)] = (enc, now + FLAG_TTL_S)
+                if enc:
+                    out.add(q)
+        return out
+
+    def _seal(self, tenant: str, items: list[PushItem], encrypting: set[str]) -> list[Sealed]:
+        try:
+            return [
+                seal(self.b.codec, self.b.keyring, tenant, it.queue, it.data, encrypt=it.queue in encrypting)
+                for it in items
+            ]
+        except NoEncryptionKey:
+            raise Unavailable(
+                "encryption_unavailable",
+                "the destination queue encrypts at rest but this broker has no QUEEN_ENCRYPTION_KEYS",
+                code="unavailable",
+            ) from None
+
+    # ---- push
+
+    async def push(self, principal: Any, items: list[PushItem]) -> list[dict[str, Any]]:
+        if not items:
+            return []
+        pool = self.b.require_pool()
+        await limits.admit(self.b, principal, "push", len(items))
+        queues = {it.queue for it in items}
+        ids = [uuid7() for _ in items]
+        for attempt in range(3):
+            async with pool.acquire() as conn:
+                encrypting = await self._encrypting(conn, principal.tenant, queues, fresh=attempt > 0)
+                sealed = self._seal(principal.tenant, items, encrypting)
+                try:
+                    async with conn.transaction():
+                        rows = await self.write(conn, principal, items, sealed, ids, queues - encrypting)
+                        queued = sum(1 for r in rows if r["status"] == "queued")
+                        await metering.record(conn, principal.tenant, messages=queued)
+                except asyncpg.PostgresError as exc:
+                    if getattr(exc, "sqlstate", None) == ENCRYPTION_RACE:
+                        for q in queues:
+                            self.forget(principal.tenant, q)
+                        continue
+                    raise
+            MESSAGES_PUSHED.labels("push").inc(queued)
+            return [render.push_result(i, it.queue, r["txn"], r) for i, (it, r) in enumerate(zip(items, rows, strict=True))]
+        raise Unavailable("queue_reconfigured", "the queue's encryption setting kept changing during the push; retry")
+
+    async def write(
+        self,
+        conn: asyncpg.Connection,
+        principal: Any,
+        items: list[PushItem],
+        sealed: list[Sealed],
+        ids: list[uuid.UUID],
+        plain_queues: set[str],
+    ) -> list[dict[str, Any]]:
+        """Run queen_push for ``items`` on ``conn`` (inside the caller's transaction). Rows in item
+        order: status, message_id, partition_id, seq, txn."""
+        txns = [it.txn or str(mid) for it, mid in zip(items, ids, strict=True)]
+        rows = await conn.fetch(
+            Q.log_push,
+            principal.tenant,
+            sorted(plain_queues),
+            [it.queue for it in items],
+            [it.partition for it in items],
+            ids,
+            txns,
+            [it.trace for it in items],
+            [s.payload for s in sealed],
+            [s.codec for s in sealed],
+            [s.key_id for s in sealed],
+            [principal.sub] * len(items),
+            [it.deadline_ms for it in items],
+        )
+        return [
+            {"status": r["status"], "message_id": r["message_id"], "partition_id": r["partition_id"], "seq": r["seq"], "txn": t}
+            for r, t in zip(rows, txns, strict=True)
+        ]
+
+    async def push_in_tx(self, conn: asyncpg.Connection, principal: Any, items: list[PushItem]) -> list[dict[str, Any]]:
+        """Push inside an open transaction (the transaction route): flags are read fresh on ``conn``."""
+        queues = {it.queue for it in items}
+        encrypting = await self._encrypting(conn, principal.tenant, queues, fresh=True)
+        sealed = self._seal(principal.tenant, items, encrypting)
+        return await self.write(conn, principal, items, sealed, [uuid7() for _ in items], queues - encrypting)
+
+    # ---- pop
+
+    async def pop(self, principal: Any, req: PopRequest, queues: list[str] | None = None) -> dict[str, Any] | None:
+        """Pop from ``req.queue`` (or the first of ``queues`` that has messages). With ``wait`` the call
+        holds until a message arrives, ``timeout_ms`` passes or the worker drains."""
+        pool = self.b.require_pool()
+        targets = queues if queues is not None else [req.queue]
+        keys = [(principal.tenant, q) for q in targets]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + req.timeout_ms / 1000
+        while True:
+            ev = self.waiters.register(keys) if req.wait else None
+            try:
+                hint_s: float | None = None
+                for q in targets:
+                    answer, hint = await self._pop_once(pool, principal, req, q)
+                    if answer is not None:
+                        if ev is not None:
+                            self.waiters.observe_wake(ev)
+                        return answer
+                    if hint is not None:
+                        hint_s = hint if hint_s is None else min(hint_s, hint)
+                if ev is None or self.b.draining:
+                    return None
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    return None
+                if hint_s is not None:
+                    remaining = min(remaining, max(hint_s, 0.005))
+                try:
+                    await asyncio.wait_for(ev.wait(), remaining)
+                except TimeoutError:
+                    pass
+                if self.b.draining:
+                    return None
+            finally:
+                if ev is not None:
+                    self.waiters.unregister(keys, ev)
+
+    async def _pop_once(self, pool: asyncpg.Pool, principal: Any, req: PopRequest, queue: str) -> tuple[dict[str, Any] | None, float | None]:
+        tenant = principal.tenant
+        async with pool.acquire() as conn:
+            rows = await conn.fetch(
+                Q.log_pop, tenant, queue, req.partition, req.group, req.batch, req.partitions, req.auto_ack,
+                req.sub_mode, req.sub_from,
+            )
+        msgs: list[dict[str, Any]] = []
+        claimed: dict[uuid.UUID, str] = {}
+        lease: uuid.UUID | None = None
+        lease_until = None
+        hint: float | None = None
+        expired = 0
+        for r in rows:
+            kind = r["kind"]
+            if kind == "msg":
+                lease = r["lease_id"]
+                lease_until = r["lease_until"]
+                claimed.setdefault(r["partition_id"], r["partition"])
+                opened = open_(self.b.codec, self.b.keyring, tenant, queue, Sealed(r["payload"], r["codec"], r["key_id"]))
+                pid = str(r["partition_id"])
+                msg = {
+                    "id": str(r["id"]),
+                    "transactionId": r["txn"],
+                    "traceId": str(r["trace_id"]) if r["trace_id"] else None,
+                    **render.data_fields(opened),
+                    "producerSub": r["producer_sub"],
+                    "createdAt": render.ts(r["created_at"]),
+                    "queue": queue,
+                    "partitionId": pid,
+                    "partition": r["partition"],
+                    "leaseId": str(lease) if lease else "",
+                    "consumerGroup": req.group,
+                    "deliveryAttempt": r["attempt"],
+                    "offset": r["seq"],
+                }
+                msgs.append(msg)
+            elif kind == "expired":
+                expired += 1
+            elif kind == "idle" and r["seq"] is not None:
+                hint = max(0.0, r["seq"] / 1000)
+        if expired:
+            MESSAGES_EXPIRED.inc(expired)
+        if not msgs:
+            return None, hint
+        MESSAGES_POPPED.inc(len(msgs))
+        first = msgs[0]
+        return {
+            "success": True,
+            "queue": queue,
+            "partition": first["partition"],
+            "partitionId": first["partitionId"],
+            "leaseId": str(lease) if lease else "",
+            "leaseExpiresAt": render.ts(lease_until) if lease else None,
+            "consumerGroup": req.group,
+            "partitionsClaimed": len(claimed),
+            "messages": msgs,
+        }, None
+
+    # ---- ack
+
+    async def ack(self, principal: Any, items: list[AckItem], conn: asyncpg.Connection | None = None) -> list[dict[str, Any]]:
+        """Settle acknowledgements; one result per item, in order (refusals are per item)."""
+        if not items:
+            return []
+        ok_items = [(i, it) for i, it in enumerate(items) if not it.lease_malformed]
+        verdicts: dict[int, tuple[bool, str | None, bool]] = {
+            i: (False, "Invalid or expired lease", False) for i, it in enumerate(items) if it.lease_malformed
+        }
+        if ok_items:
+            args = (
+                principal.tenant,
+                [it.partition_id for _, it in ok_items],
+                [it.txn for _, it in ok_items],
+                [it.status for _, it in ok_items],
+                [it.lease for _, it in ok_items],
+                [it.group for _, it in ok_items],
+                [it.error for _, it in ok_items],
+            )
+            if conn is None:
+                async with self.b.require_pool().acquire() as c:
+                    rows = await c.fetch(Q.log_ack, *args)
+            else:
+                rows = await conn.fetch(Q.log_ack, *args)
+            for (i, _), r in zip(ok_items, rows, strict=True):
+                verdicts[i] = (r["success"], r["error"], r["dead_lettered"])
+        out = []
+        for i, it in enumerate(items):
+            success, error, dlq = verdicts[i]
+            if success:
+                MESSAGES_ACKED.labels(it.status).inc()
+            out.append({
+                "index": i,
+                "transactionId": it.txn,
+                "partitionId": str(it.partition_id),
+                "status": it.status,
+                "success": success,
+                "error": error,
+                "dlq": dlq,
+            })
+        return out
+
+    # ---- leases
+
+    async def extend(self, principal: Any, lease_id: str) -> dict[str, Any]:
+        lease = None
+        try:
+            lease = uuid.UUID(lease_id)
+        except ValueError:
+            pass
+        rows = []
+        if lease is not None:
+            async with self.b.require_pool().acquire() as conn:
+                rows = await conn.fetch(Q.log_lease_extend, principal.tenant, lease, self.b.settings.lease_extend_s)
+        if not rows:
+            return {"leaseId": lease_id, "success": False, "renewed": 0, "error": "Invalid or expired lease",
+                    "newExpiresAt": None, "expiresAt": None, "lease_expires_at": None}
+        until = render.ts(max(r["lease_until"] for r in rows))
+        return {"leaseId": lease_id, "success": True, "renewed": len(rows), "newExpiresAt": until, "expiresAt": until,
+                "lease_expires_at": until}
+
+
+def default_group(group: str | None) -> str:
+    return group or QUEUE_MODE

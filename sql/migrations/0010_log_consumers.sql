@@ -1,0 +1,489 @@
+-- The message log's consumer side: consumer groups, per-(partition, group) cursors with one lease,
+-- a small side table for messages acknowledged out of order or that failed, and the PL/pgSQL
+-- functions that pop, acknowledge and extend leases in one round trip each. Also a faster body for
+-- queen_push (same signature, same result rows, same semantics as 0001).
+--
+-- Cursor model. queen_push hands out gapless offsets per partition under the partition row lock, so
+-- within a partition commit order = offset order. A cursor says "every offset <= acked_seq is done for
+-- this group". A pop leases (acked_seq, lease_end_seq] to one consumer (lease_id, lease_until); acks
+-- inside that range that are not at the head are remembered in queen_msg_state until the head catches
+-- up, and the cursor then jumps over the contiguous run. queen_msg_state also counts failed deliveries
+-- (nacks and expired leases) for the retry limit. Queue mode is the group '__QUEUE_MODE__'.
+
+CREATE TABLE queen_groups (
+    tenant         text NOT NULL,
+    queue          text COLLATE "C" NOT NULL,
+    consumer_group text COLLATE "C" NOT NULL,
+    -- NULL: the group reads every message ("all"); else only messages created at/after this instant.
+    subscribed_at  timestamptz,
+    created_at     timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (tenant, queue, consumer_group)
+);
+
+CREATE TABLE queen_cursors (
+    tenant         text NOT NULL,
+    partition_id   uuid NOT NULL,
+    consumer_group text COLLATE "C" NOT NULL,
+    queue          text COLLATE "C" NOT NULL,
+    acked_seq      bigint NOT NULL DEFAULT 0,
+    lease_id       uuid,
+    lease_until    timestamptz,
+    lease_end_seq  bigint,
+    claimed_at     timestamptz,
+    PRIMARY KEY (tenant, partition_id, consumer_group)
+);
+CREATE INDEX queen_cursors_group ON queen_cursors (tenant, queue, consumer_group);
+CREATE INDEX queen_cursors_lease ON queen_cursors (tenant, lease_id) WHERE lease_id IS NOT NULL;
+
+-- Only rows for messages acked out of order (acked) or that failed at least once (failures).
+CREATE TABLE queen_msg_state (
+    tenant         text NOT NULL,
+    partition_id   uuid NOT NULL,
+    consumer_group text COLLATE "C" NOT NULL,
+    seq            bigint NOT NULL,
+    acked          boolean NOT NULL DEFAULT false,
+    failures       integer NOT NULL DEFAULT 0,
+    last_error     text,
+    PRIMARY KEY (tenant, partition_id, consumer_group, seq)
+);
+
+CREATE INDEX queen_dlq_message ON queen_dlq (tenant, message_id);
+
+-- queen_push, faster body. Three short statements create what is missing (tenant, queues,
+-- partitions) only when it is missing, one takes the partition row locks in a fixed order (two
+-- batches over the same partitions cannot deadlock), and ONE set-based statement, run after the locks
+-- are held (so its snapshot sees every committed message of those partitions), finds duplicates
+-- (stored, or an earlier item of this batch), numbers the new items per partition, inserts them and
+-- moves next_seq.
+CREATE OR REPLACE FUNCTION queen_push(
+    p_tenant      text,
+    p_queues      text[],
+    p_partitions  text[],
+    p_ids         uuid[],
+    p_txns        text[],
+    p_traces      uuid[],
+    p_payloads    bytea[],
+    p_codecs      smallint[],
+    p_key_ids     text[],
+    p_subs        text[],
+    p_deadline_ms bigint[]
+) RETURNS TABLE (idx integer, status text, message_id uuid, partition_id uuid, seq bigint)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM queen_tenants t WHERE t.tenant = p_tenant) THEN
+        INSERT INTO queen_tenants (tenant) VALUES (p_tenant) ON CONFLICT DO NOTHING;
+    END IF;
+
+    INSERT INTO queen_queues (tenant, name)
+    SELECT p_tenant, d.q
+    FROM (SELECT DISTINCT x.q FROM unnest(p_queues) AS x(q)) d
+    WHERE NOT EXISTS (SELECT 1 FROM queen_queues qq WHERE qq.tenant = p_tenant AND qq.name = d.q)
+    ORDER BY d.q
+    ON CONFLICT DO NOTHING;
+
+    INSERT INTO queen_partitions (tenant, id, queue, name)
+    SELECT p_tenant, gen_random_uuid(), d.q, d.p
+    FROM (SELECT DISTINCT x.q, x.p FROM unnest(p_queues, p_partitions) AS x(q, p)) d
+    WHERE NOT EXISTS (SELECT 1 FROM queen_partitions qp
+                      WHERE qp.tenant = p_tenant AND qp.queue = d.q AND qp.name = d.p)
+    ORDER BY d.q, d.p
+    ON CONFLICT (tenant, queue, name) DO NOTHING;
+
+    PERFORM 1 FROM queen_partitions qp
+    WHERE qp.tenant = p_tenant
+      AND (qp.queue, qp.name) IN (SELECT x.q, x.p FROM unnest(p_queues, p_partitions) AS x(q, p))
+    ORDER BY qp.queue, qp.name
+    FOR UPDATE;
+
+    RETURN QUERY
+    WITH items AS (
+        SELECT u.ord::integer AS i, u.q, u.p, u.id, u.t, u.tr, u.pl, u.c, u.k, u.s, u.d
+        FROM unnest(p_queues, p_partitions, p_ids, p_txns, p_traces, p_payloads, p_codecs, p_key_ids,
+                    p_subs, p_deadline_ms) WITH ORDINALITY AS u(q, p, id, t, tr, pl, c, k, s, d, ord)
+    ), located AS (
+        SELECT it.*, qp.id AS pid, qp.next_seq, ex.id AS existing_id,
+               first_value(it.i) OVER w AS first_i, first_value(it.id) OVER w AS first_id
+        FROM items it
+        JOIN queen_partitions qp ON qp.tenant = p_tenant AND qp.queue = it.q AND qp.name = it.p
+        LEFT JOIN queen_messages ex ON ex.tenant = p_tenant AND ex.partition_id = qp.id AND ex.txn = it.t
+        WINDOW w AS (PARTITION BY qp.id, it.t ORDER BY it.i)
+    ), numbered AS (
+        SELECT l.*, (l.existing_id IS NULL AND l.first_i = l.i) AS fresh,
+               l.next_seq - 1 + row_number() OVER (
+                   PARTITION BY l.pid, (l.existing_id IS NULL AND l.first_i = l.i) ORDER BY l.i) AS rn_seq
+        FROM located l
+    ), ins AS (
+        INSERT INTO queen_messages (tenant, partition_id, seq, id, txn, trace_id, payload, codec, key_id,
+                                    producer_sub, deadline_at)
+        SELECT p_tenant, n.pid, n.rn_seq, n.id, n.t, n.tr, n.pl, coalesce(n.c, 0), n.k, n.s,
+               CASE WHEN n.d IS NULL THEN NULL ELSE now() + n.d * interval '1 millisecond' END
+        FROM numbered n WHERE n.fresh
+        ORDER BY n.pid, n.rn_seq
+    ), bump AS (
+        UPDATE queen_partitions qp SET next_seq = qp.next_seq + c.n, last_push_at = now()
+        FROM (SELECT n.pid, count(*) AS n FROM numbered n WHERE n.fresh GROUP BY n.pid) c
+        WHERE qp.tenant = p_tenant AND qp.id = c.pid
+    )
+    SELECT n.i, CASE WHEN n.fresh THEN 'queued' ELSE 'duplicate' END,
+           coalesce(n.existing_id, n.first_id), n.pid, CASE WHEN n.fresh THEN n.rn_seq END
+    FROM numbered n ORDER BY n.i;
+
+    PERFORM pg_notify('queen_push', p_tenant || E'\t' || d.q)
+    FROM (SELECT DISTINCT x.q FROM unnest(p_queues) AS x(q)) d;
+END
+$$;
+
+-- Move the cursor of (partition, group) over the contiguous run of done offsets that now follows it
+-- (out-of-order acks remembered in queen_msg_state plus p_done, the offsets settled by the caller),
+-- forget those side rows, remember the done offsets still beyond the run, and release the lease once
+-- everything it covered is done (then wake long polls if the partition has more).
+CREATE FUNCTION queen_cursor_advance(p_tenant text, p_pid uuid, p_group text, p_done bigint[] DEFAULT '{}')
+RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_acked    bigint;
+    v_end      bigint;
+    v_released boolean;
+BEGIN
+    SELECT c.acked_seq INTO v_acked FROM queen_cursors c
+    WHERE c.tenant = p_tenant AND c.partition_id = p_pid AND c.consumer_group = p_group;
+    SELECT max(r.seq) INTO v_end
+    FROM (SELECT x.seq, row_number() OVER (ORDER BY x.seq) AS rn
+          FROM (SELECT s.seq FROM queen_msg_state s
+                WHERE s.tenant = p_tenant AND s.partition_id = p_pid AND s.consumer_group = p_group
+                  AND s.acked AND s.seq > v_acked
+                UNION
+                SELECT d FROM unnest(p_done) AS d WHERE d > v_acked) x) r
+    WHERE r.seq - v_acked = r.rn;
+    IF v_end IS NOT NULL THEN
+        DELETE FROM queen_msg_state s
+        WHERE s.tenant = p_tenant AND s.partition_id = p_pid AND s.consumer_group = p_group AND s.seq <= v_end;
+        v_acked := v_end;
+    END IF;
+    INSERT INTO queen_msg_state AS s (tenant, partition_id, consumer_group, seq, acked)
+    SELECT p_tenant, p_pid, p_group, d, true FROM unnest(p_done) AS d WHERE d > v_acked
+    ON CONFLICT (tenant, partition_id, consumer_group, seq) DO UPDATE SET acked = true;
+    UPDATE queen_cursors c
+    SET acked_seq = v_acked,
+        lease_id = CASE WHEN c.lease_end_seq IS NOT NULL AND v_acked >= c.lease_end_seq THEN NULL ELSE c.lease_id END,
+        lease_until = CASE WHEN c.lease_end_seq IS NOT NULL AND v_acked >= c.lease_end_seq THEN NULL ELSE c.lease_until END,
+        lease_end_seq = CASE WHEN c.lease_end_seq IS NOT NULL AND v_acked >= c.lease_end_seq THEN NULL ELSE c.lease_end_seq END
+    WHERE c.tenant = p_tenant AND c.partition_id = p_pid AND c.consumer_group = p_group
+    RETURNING c.lease_id IS NULL INTO v_released;
+    IF v_released THEN
+        PERFORM pg_notify('queen_push', p_tenant || E'\t' || p.queue)
+        FROM queen_partitions p WHERE p.tenant = p_tenant AND p.id = p_pid AND p.next_seq - 1 > v_acked;
+    END IF;
+    RETURN v_acked;
+END
+$$;
+
+-- File one message of the log as a dead letter of a group (copying its stored bytes as they are).
+CREATE FUNCTION queen_dlq_file(p_tenant text, p_pid uuid, p_group text, p_seq bigint, p_error text,
+                               p_retries integer) RETURNS void
+LANGUAGE sql AS $$
+    INSERT INTO queen_dlq (tenant, id, queue, partition_id, partition, consumer_group, synthetic, message_id,
+                           txn, trace_id, payload, codec, key_id, producer_sub, error, retry_count,
+                           original_created_at)
+    SELECT p_tenant, gen_random_uuid(), p.queue, p.id, p.name, p_group, false, m.id, m.txn, m.trace_id,
+           m.payload, m.codec, m.key_id, m.producer_sub, p_error, p_retries, m.created_at
+    FROM queen_messages m JOIN queen_partitions p ON p.tenant = m.tenant AND p.id = m.partition_id
+    WHERE m.tenant = p_tenant AND m.partition_id = p_pid AND m.seq = p_seq;
+$$;
+
+-- Pop: claim up to p_max_partitions partitions of a queue for a group (SKIP LOCKED, least recently
+-- claimed first), hand out up to p_batch messages in offset order under ONE lease, and never hand
+-- out a message whose deadline has passed or whose retry budget is spent: those are filed in the DLQ
+-- (kind 'expired' / 'exhausted' rows tell the caller, for metrics) and count as done. With
+-- p_auto_ack the cursor moves at delivery and no lease is taken. An empty answer carries one row of
+-- kind 'idle' whose lease_until is the earliest instant a live lease over pending messages ends (NULL
+-- if none) and whose seq is the milliseconds until then: a long poll also wakes then.
+CREATE FUNCTION queen_pop(
+    p_tenant text, p_queue text, p_partition text, p_group text, p_batch integer, p_max_partitions integer,
+    p_auto_ack boolean, p_sub_mode text, p_sub_from timestamptz
+) RETURNS TABLE (kind text, partition_id uuid, partition text, seq bigint, id uuid, txn text, trace_id uuid,
+                 payload bytea, codec smallint, key_id text, producer_sub text, created_at timestamptz,
+                 attempt integer, lease_id uuid, lease_until timestamptz)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    q         record;
+    c         record;
+    m         record;
+    v_sub     timestamptz;
+    v_lease   uuid := CASE WHEN p_auto_ack THEN NULL ELSE gen_random_uuid() END;
+    v_until   timestamptz;
+    v_left    integer := p_batch;
+    v_given   integer;
+    v_picked  integer;
+    v_last    bigint;
+    v_from    bigint;
+    v_any     boolean := false;
+BEGIN
+    SELECT qq.lease_time_s, qq.retry_limit, qq.dlq_enabled INTO q
+    FROM queen_queues qq WHERE qq.tenant = p_tenant AND qq.name = p_queue;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 'idle'::text, NULL::uuid, NULL::text, NULL::bigint, NULL::uuid, NULL::text,
+            NULL::uuid, NULL::bytea, NULL::smallint, NULL::text, NULL::text, NULL::timestamptz, NULL::integer,
+            NULL::uuid, NULL::timestamptz;
+        RETURN;
+    END IF;
+    v_until := CASE WHEN p_auto_ack THEN NULL ELSE now() + q.lease_time_s * interval '1 second' END;
+
+    SELECT g.subscribed_at INTO v_sub FROM queen_groups g
+    WHERE g.tenant = p_tenant AND g.queue = p_queue AND g.consumer_group = p_group;
+    IF NOT FOUND THEN
+        v_sub := CASE WHEN p_sub_from IS NOT NULL THEN p_sub_from
+                      WHEN p_sub_mode = 'new' THEN now() END;
+        INSERT INTO queen_groups (tenant, queue, consumer_group, subscribed_at)
+        VALUES (p_tenant, p_queue, p_group, v_sub) ON CONFLICT DO NOTHING;
+        SELECT g.subscribed_at INTO v_sub FROM queen_groups g
+        WHERE g.tenant = p_tenant AND g.queue = p_queue AND g.consumer_group = p_group;
+    END IF;
+
+    -- A cursor for every partition this group has not seen yet, starting where its subscription does.
+    INSERT INTO queen_cursors (tenant, partition_id, consumer_group, queue, acked_seq)
+    SELECT p_tenant, p.id, p_group, p_queue,
+           CASE WHEN v_sub IS NULL THEN 0 ELSE coalesce(
+               (SELECT mm.seq FROM queen_messages mm
+                WHERE mm.tenant = p_tenant AND mm.partition_id = p.id AND mm.created_at < v_sub
+                ORDER BY mm.seq DESC LIMIT 1), 0) END
+    FROM queen_partitions p
+    WHERE p.tenant = p_tenant AND p.queue = p_queue AND (p_partition IS NULL OR p.name = p_partition)
+      AND NOT EXISTS (SELECT 1 FROM queen_cursors cc WHERE cc.tenant = p_tenant AND cc.partition_id = p.id
+                                                     AND cc.consumer_group = p_group)
+    ORDER BY p.id
+    ON CONFLICT DO NOTHING;
+
+    FOR c IN
+        SELECT cu.partition_id AS pid, cu.acked_seq, cu.lease_id AS old_lease, cu.lease_end_seq, p.name
+        FROM queen_cursors cu
+        JOIN queen_partitions p ON p.tenant = cu.tenant AND p.id = cu.partition_id
+        WHERE cu.tenant = p_tenant AND cu.queue = p_queue AND cu.consumer_group = p_group
+          AND (p_partition IS NULL OR p.name = p_partition)
+          AND p.next_seq - 1 > cu.acked_seq
+          AND (cu.lease_until IS NULL OR cu.lease_until <= now())
+        ORDER BY cu.claimed_at NULLS FIRST
+        LIMIT greatest(p_max_partitions, 1)
+        FOR UPDATE OF cu SKIP LOCKED
+    LOOP
+        EXIT WHEN v_left <= 0;
+        -- A lease that ran out is a failed delivery of everything it covered that is not done.
+        IF c.old_lease IS NOT NULL AND c.lease_end_seq IS NOT NULL AND c.lease_end_seq > c.acked_seq THEN
+            INSERT INTO queen_msg_state AS s (tenant, partition_id, consumer_group, seq, failures, last_error)
+            SELECT p_tenant, c.pid, p_group, g, 1, 'lease_expired'
+            FROM generate_series(c.acked_seq + 1, c.lease_end_seq) AS g
+            ON CONFLICT (tenant, partition_id, consumer_group, seq)
+            DO UPDATE SET failures = s.failures + 1, last_error = 'lease_expired' WHERE NOT s.acked;
+        END IF;
+
+        v_given := 0;
+        v_last := NULL;
+        v_from := c.acked_seq;
+        LOOP
+            v_picked := 0;
+            FOR m IN
+                SELECT mm.seq, mm.id, mm.txn, mm.trace_id, mm.payload, mm.codec, mm.key_id, mm.producer_sub,
+                       mm.created_at, (mm.deadline_at IS NOT NULL AND mm.deadline_at <= now()) AS expired,
+                       coalesce(st.failures, 0) AS failures
+                FROM queen_messages mm
+                LEFT JOIN queen_msg_state st ON st.tenant = p_tenant AND st.partition_id = mm.partition_id
+                                            AND st.consumer_group = p_group AND st.seq = mm.seq
+                WHERE mm.tenant = p_tenant AND mm.partition_id = c.pid AND mm.seq > v_from
+                  AND st.acked IS NOT TRUE
+                ORDER BY mm.seq
+                LIMIT v_left
+            LOOP
+                v_picked := v_picked + 1;
+                v_last := m.seq;
+                IF m.expired OR m.failures > q.retry_limit THEN
+                    IF m.expired OR q.dlq_enabled THEN
+                        PERFORM queen_dlq_file(p_tenant, c.pid, p_group, m.seq,
+                            CASE WHEN m.expired THEN 'deadline_exceeded' ELSE 'retries_exhausted' END, m.failures);
+                    END IF;
+                    INSERT INTO queen_msg_state AS s (tenant, partition_id, consumer_group, seq, acked)
+                    VALUES (p_tenant, c.pid, p_group, m.seq, true)
+                    ON CONFLICT (tenant, partition_id, consumer_group, seq) DO UPDATE SET acked = true;
+                    RETURN QUERY SELECT CASE WHEN m.expired THEN 'expired' ELSE 'exhausted' END, c.pid, c.name,
+                        m.seq, m.id, m.txn, NULL::uuid, NULL::bytea, NULL::smallint, NULL::text, NULL::text,
+                        m.created_at, m.failures + 1, NULL::uuid, NULL::timestamptz;
+                ELSE
+                    v_given := v_given + 1;
+                    v_left := v_left - 1;
+                    RETURN QUERY SELECT 'msg'::text, c.pid, c.name, m.seq, m.id, m.txn, m.trace_id, m.payload,
+                        m.codec, m.key_id, m.producer_sub, m.created_at, m.failures + 1, v_lease, v_until;
+                END IF;
+            END LOOP;
+            -- Stop when something was handed out, or the partition has nothing more.
+            EXIT WHEN v_given > 0 OR v_picked = 0 OR v_left <= 0;
+            v_from := v_last;
+        END LOOP;
+
+        IF v_given > 0 AND NOT p_auto_ack THEN
+            v_any := true;
+            UPDATE queen_cursors cu
+            SET lease_id = v_lease, lease_until = v_until, lease_end_seq = v_last, claimed_at = now()
+            WHERE cu.tenant = p_tenant AND cu.partition_id = c.pid AND cu.consumer_group = p_group;
+            IF v_last IS NOT NULL AND v_given < v_picked THEN
+                PERFORM queen_cursor_advance(p_tenant, c.pid, p_group);
+            END IF;
+        ELSE
+            IF v_given > 0 THEN
+                v_any := true;
+            END IF;
+            -- Auto-ack (everything handed out is done), or only dead letters were found: move the
+            -- cursor, drop any stale lease.
+            -- Every offset in (acked_seq, v_last] was handed out, filed, or acked before: all done.
+            UPDATE queen_cursors cu
+            SET acked_seq = greatest(cu.acked_seq, coalesce(v_last, cu.acked_seq)),
+                lease_id = NULL, lease_until = NULL, lease_end_seq = NULL, claimed_at = now()
+            WHERE cu.tenant = p_tenant AND cu.partition_id = c.pid AND cu.consumer_group = p_group;
+            PERFORM queen_cursor_advance(p_tenant, c.pid, p_group);
+        END IF;
+    END LOOP;
+
+    IF NOT v_any THEN
+        -- seq carries the milliseconds until that instant (by the database clock).
+        SELECT min(cu.lease_until) INTO v_until FROM queen_cursors cu
+        JOIN queen_partitions p ON p.tenant = cu.tenant AND p.id = cu.partition_id
+        WHERE cu.tenant = p_tenant AND cu.queue = p_queue AND cu.consumer_group = p_group
+          AND (p_partition IS NULL OR p.name = p_partition)
+          AND p.next_seq - 1 > cu.acked_seq AND cu.lease_until > now();
+        RETURN QUERY SELECT 'idle'::text, NULL::uuid, NULL::text,
+            ceil(extract(epoch FROM v_until - now()) * 1000)::bigint, NULL::uuid, NULL::text,
+            NULL::uuid, NULL::bytea, NULL::smallint, NULL::text, NULL::text, NULL::timestamptz, NULL::integer,
+            NULL::uuid, v_until;
+    END IF;
+END
+$$;
+
+-- Acknowledge a batch: item i is (partition id, transaction id, status, lease id or NULL, group,
+-- error text). Every item is judged against the state at the start of the call (a nack in the batch
+-- does not invalidate the acks beside it). Answers one row per item, in order:
+--   completed|success -> done; dlq -> filed as a dead letter and done;
+--   failed|retry      -> one more failure: past the queue's retry limit it is filed (when the queue
+--                        keeps a DLQ) and done, else the lease on its partition is released so the
+--                        message and everything after it is delivered again.
+-- With a lease id the cursor is the one holding that lease (an expired lease nobody re-claimed still
+-- counts); without one, the item's group, and a message under somebody's live lease is refused.
+CREATE FUNCTION queen_ack(p_tenant text, p_pids uuid[], p_txns text[], p_statuses text[], p_leases uuid[],
+                          p_groups text[], p_errors text[])
+RETURNS TABLE (idx integer, success boolean, error text, dead_lettered boolean)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    r       record;
+    v_fail  integer;
+    v_dp    uuid[] := '{}';
+    v_dg    text[] := '{}';
+    v_ds    bigint[] := '{}';
+    v_rp    uuid[] := '{}';
+    v_rg    text[] := '{}';
+BEGIN
+    PERFORM 1 FROM queen_cursors cu
+    WHERE cu.tenant = p_tenant AND cu.partition_id = ANY (p_pids)
+      AND (cu.consumer_group = ANY (p_groups) OR cu.lease_id = ANY (p_leases))
+    ORDER BY cu.partition_id, cu.consumer_group
+    FOR UPDATE;
+
+    FOR r IN
+        SELECT u.i::integer AS i, u.st, u.err, u.lease, m.seq, qq.retry_limit, qq.dlq_enabled,
+               cu.partition_id AS pid, cu.consumer_group AS grp, cu.acked_seq, cu.lease_id, cu.lease_until,
+               cu.lease_end_seq, coalesce(st.acked, false) AS side_acked, coalesce(st.failures, 0) AS failures
+        FROM unnest(p_pids, p_txns, p_statuses, p_leases, p_groups, p_errors)
+             WITH ORDINALITY AS u(pid, txn, st, lease, grp, err, i)
+        LEFT JOIN queen_messages m ON m.tenant = p_tenant AND m.partition_id = u.pid AND m.txn = u.txn
+        LEFT JOIN queen_partitions p ON p.tenant = p_tenant AND p.id = u.pid
+        LEFT JOIN queen_queues qq ON qq.tenant = p_tenant AND qq.name = p.queue
+        LEFT JOIN LATERAL (
+            SELECT c.* FROM queen_cursors c
+            WHERE c.tenant = p_tenant AND c.partition_id = u.pid
+              AND CASE WHEN u.lease IS NOT NULL THEN c.lease_id = u.lease ELSE c.consumer_group = u.grp END
+            LIMIT 1) cu ON true
+        LEFT JOIN queen_msg_state st ON st.tenant = p_tenant AND st.partition_id = u.pid
+                                    AND st.consumer_group = cu.consumer_group AND st.seq = m.seq
+        ORDER BY u.i
+    LOOP
+        IF r.seq IS NULL THEN
+            RETURN QUERY SELECT r.i, false, 'Message not found'::text, false;
+            CONTINUE;
+        END IF;
+        IF r.pid IS NULL THEN
+            RETURN QUERY SELECT r.i, false, CASE WHEN r.lease IS NOT NULL THEN 'Invalid or expired lease'
+                ELSE 'this consumer group has no delivery of this message' END, false;
+            CONTINUE;
+        END IF;
+        IF r.seq <= r.acked_seq OR r.side_acked THEN
+            RETURN QUERY SELECT r.i, true, NULL::text, false;  -- already done: acks are idempotent
+            CONTINUE;
+        END IF;
+        IF r.lease IS NULL AND r.lease_id IS NOT NULL AND r.lease_until > now() AND r.seq <= r.lease_end_seq THEN
+            RETURN QUERY SELECT r.i, false, 'the message is leased to a consumer: acknowledge it with its leaseId'::text, false;
+            CONTINUE;
+        END IF;
+        IF r.lease IS NOT NULL AND r.seq > r.lease_end_seq THEN
+            RETURN QUERY SELECT r.i, false, 'the message is not covered by this lease'::text, false;
+            CONTINUE;
+        END IF;
+        IF r.st IN ('completed', 'success') THEN
+            v_dp := v_dp || r.pid; v_dg := v_dg || r.grp::text; v_ds := v_ds || r.seq;
+            RETURN QUERY SELECT r.i, true, NULL::text, false;
+        ELSIF r.st = 'dlq' THEN
+            PERFORM queen_dlq_file(p_tenant, r.pid, r.grp, r.seq, coalesce(r.err, 'dead-lettered by the consumer'),
+                                   r.failures);
+            v_dp := v_dp || r.pid; v_dg := v_dg || r.grp::text; v_ds := v_ds || r.seq;
+            RETURN QUERY SELECT r.i, true, NULL::text, true;
+        ELSE
+            INSERT INTO queen_msg_state AS s (tenant, partition_id, consumer_group, seq, failures, last_error)
+            VALUES (p_tenant, r.pid, r.grp, r.seq, 1, r.err)
+            ON CONFLICT (tenant, partition_id, consumer_group, seq)
+            DO UPDATE SET failures = s.failures + 1, last_error = excluded.last_error
+            RETURNING s.failures INTO v_fail;
+            IF v_fail > r.retry_limit THEN
+                IF r.dlq_enabled THEN
+                    PERFORM queen_dlq_file(p_tenant, r.pid, r.grp, r.seq, coalesce(r.err, 'retries_exhausted'), v_fail);
+                END IF;
+                v_dp := v_dp || r.pid; v_dg := v_dg || r.grp::text; v_ds := v_ds || r.seq;
+                RETURN QUERY SELECT r.i, true, NULL::text, r.dlq_enabled;
+            ELSE
+                v_rp := v_rp || r.pid; v_rg := v_rg || r.grp::text;
+                RETURN QUERY SELECT r.i, true, NULL::text, false;
+            END IF;
+        END IF;
+    END LOOP;
+
+    PERFORM queen_cursor_advance(p_tenant, k.p, k.g,
+                                 ARRAY(SELECT x.s FROM unnest(v_dp, v_dg, v_ds) AS x(p, g, s)
+                                       WHERE x.p = k.p AND x.g = k.g))
+    FROM (SELECT DISTINCT x.p, x.g FROM unnest(v_dp, v_dg) AS x(p, g) ORDER BY 1, 2) k;
+
+    UPDATE queen_cursors cu SET lease_id = NULL, lease_until = NULL, lease_end_seq = NULL
+    FROM (SELECT DISTINCT x.p, x.g FROM unnest(v_rp, v_rg) AS x(p, g)) k
+    WHERE cu.tenant = p_tenant AND cu.partition_id = k.p AND cu.consumer_group = k.g;
+
+    PERFORM pg_notify('queen_push', p_tenant || E'\t' || d.queue)
+    FROM (SELECT DISTINCT p.queue FROM queen_partitions p
+          WHERE p.tenant = p_tenant AND p.id = ANY (v_rp)) d;
+END
+$$;
+
+-- queen_push for the HTTP edge: p_plain names the queues whose payloads the caller did NOT encrypt
+-- (it believed they do not encrypt at rest). If one of them encrypts now (configure raced the
+-- caller's cached view), refuse with SQLSTATE QN001 so the caller re-seals and retries: nothing is
+-- ever stored in clear text for a queue that encrypts.
+CREATE FUNCTION queen_push_checked(
+    p_tenant text, p_plain text[], p_queues text[], p_partitions text[], p_ids uuid[], p_txns text[],
+    p_traces uuid[], p_payloads bytea[], p_codecs smallint[], p_key_ids text[], p_subs text[],
+    p_deadline_ms bigint[]
+) RETURNS TABLE (idx integer, status text, message_id uuid, partition_id uuid, seq bigint)
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM queen_queues q
+               WHERE q.tenant = p_tenant AND q.name = ANY (p_plain) AND q.encryption_enabled) THEN
+        RAISE EXCEPTION 'a destination queue encrypts at rest' USING ERRCODE = 'QN001';
+    END IF;
+    RETURN QUERY SELECT * FROM queen_push(p_tenant, p_queues, p_partitions, p_ids, p_txns, p_traces,
+                                          p_payloads, p_codecs, p_key_ids, p_subs, p_deadline_ms);
+END
+$$;
