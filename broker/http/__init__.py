@@ -4,6 +4,6 @@ Each module exposes ``setup(app)`` that adds its routes (and registers its backg
 ``Broker.on_ready``). ``ROUTE_MODULES`` is the one list the app factory walks.
 """
 
-from broker.http import admin, health, metrics
+from broker.http import admin, health, messages, metrics, queues, transactions
 
-ROUTE_MODULES = [health, metrics, admin]
+ROUTE_MODULES = [health, metrics, admin, queues, messages, transactions]
