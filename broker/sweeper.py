@@ -1,0 +1,458 @@
+"""The sweeper: fires due timers into the log (issue 5).
+
+Shape: ``SweeperConfig`` (from Settings) + ``Sweeper.run()`` (the supervised loop) + ``run_once()`` (one
+cycle, testable alone). Every worker runs one (``install``), unless ``QUEEN_SWEEPER_ENABLED=0``.
+
+One cycle, on the sweeper's own connection:
+  1. claim   ``queen_timers_claim``: up to ``QUEEN_SWEEPER_BATCH`` due rows, FOR UPDATE SKIP LOCKED,
+             stamped with a fresh claim token and ``claimed_until = now() + QUEEN_SWEEPER_LEASE_MS``;
+             every tenant with due rows gets an equal slice of the batch and the walk over tenants
+             rotates, so one tenant's burst cannot starve another's timers. While claimed, a cancel
+             or reschedule answers ``too_late``.
+  2. pack    in Python: decompress the client's zstd, check the payload is JSON, seal it in the log's
+             stored format (an encrypted payload was sealed at schedule and moves untouched).
+  3. commit  ``queen_timers_fire`` in ONE transaction: delete exactly the rows still holding this
+             token and push exactly those through ``queen_push`` (message id, txn and producer sub of
+             the timer), in (queue, partition, deliverAt) order; failed rows get a backoff and, at the
+             attempt budget, a synthetic DLQ row (consumer group ``__timers__``).
+
+Order: within one queue+partition timers enter the log in deliverAt order. Concurrent sweepers could
+interleave commits, so the fire is serialised cluster-wide: a sweeper fires only while it holds a
+session advisory lock (``LEADER_LOCK``) on its connection. The others stay idle, ready: when the
+holder dies its connection closes, PostgreSQL drops the lock, and the next wake-up of another sweeper
+takes over; claims of a dead sweeper expire after the lease and are fired then, once — a re-fire
+after a lost commit meets queen_push's (partition, txn) idempotency and is a duplicate, never a frame.
+
+Wake-ups: sleep until the earliest due instant, as computed by the database, clamped to
+[QUEEN_SWEEPER_MIN_SLEEP_MS, QUEEN_SWEEPER_MAX_SLEEP_MS]; a schedule committing a timer due sooner
+than the max sleep sends NOTIFY ``queen_timers`` (payload: the delay in ms) and wakes every sweeper
+early; a full batch (or more due rows) means claim again at once.
+
+Failures: a permanent one (not JSON, not zstd, an injected permanent fault, a statement the database
+refuses for this row) spends one attempt; a transient one (SQLSTATE 40001, 40P01, 08xxx, 53xxx,
+57xxx, an injected transient fault) spends none. Both clear the claim and back off exponentially
+(``QUEEN_SWEEPER_BACKOFF_BASE_MS`` doubling up to ``..._CAP_MS``): the row is not claimed, so it can
+be cancelled. After ``QUEEN_SWEEPER_MAX_ATTEMPTS`` the row moves to its queue's DLQ.
+
+Only an operator stops the fire (``POST /api/v1/admin/timers/sweeper {"paused": true}``); no quota,
+storage or pause rung of the limits does. Drain (SIGTERM): stop claiming, interrupt a stalled
+cycle, hand back held claims so another sweeper fires them at once instead of after the lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import socket
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+import orjson
+
+from broker.codec import CODEC_RAW, Codec, CodecError
+from broker.config import Settings
+from broker.metrics import (
+    MESSAGES_PUSHED,
+    SWEEP_CYCLE,
+    SWEEP_SLEEP,
+    TIMERS_DLQ,
+    TIMERS_FIRE_FAILED,
+    TIMERS_FIRE_LAG,
+    TIMERS_FIRED,
+    TIMERS_PENDING,
+)
+from broker.store.pool import connect
+from broker.store.queries import Q
+
+log = logging.getLogger("queen.sweeper")
+
+CHANNEL = "queen_timers"
+LEADER_LOCK = 0x51_54_49_4D_45_52  # "QTIMER"
+TRANSIENT_PREFIXES = ("08", "53", "57")
+TRANSIENT_STATES = frozenset({"40001", "40P01"})
+PENDING_EVERY_S = 5.0
+
+
+def failure_class(exc: BaseException) -> str:
+    """``transient`` (costs no attempt) or ``permanent`` (spends one) for a failed commit."""
+    state = getattr(exc, "sqlstate", None)
+    if isinstance(exc, asyncpg.PostgresConnectionError | asyncpg.InterfaceError | ConnectionError | OSError | TimeoutError):
+        return "transient"
+    if state and (state in TRANSIENT_STATES or state.startswith(TRANSIENT_PREFIXES)):
+        return "transient"
+    return "permanent"
+
+
+@dataclass(frozen=True)
+class SweeperConfig:
+    lease_ms: int = 30_000
+    min_sleep_ms: int = 5
+    max_sleep_ms: int = 1_000
+    batch: int = 1_000
+    max_attempts: int = 5
+    backoff_base_ms: int = 500
+    backoff_cap_ms: int = 300_000
+    faults: bool = False  # honour the test hooks' injected faults
+
+    @classmethod
+    def from_settings(cls, s: Settings) -> SweeperConfig:
+        return cls(
+            lease_ms=s.sweeper_lease_ms,
+            min_sleep_ms=s.sweeper_min_sleep_ms,
+            max_sleep_ms=s.sweeper_max_sleep_ms,
+            batch=s.sweeper_batch,
+            max_attempts=s.sweeper_max_attempts,
+            backoff_base_ms=s.sweeper_backoff_base_ms,
+            backoff_cap_ms=s.sweeper_backoff_cap_ms,
+            faults=s.test_hooks,
+        )
+
+    def clamp_sleep_ms(self, next_due_ms: int | None) -> int:
+        if next_due_ms is None:
+            return self.max_sleep_ms
+        return max(self.min_sleep_ms, min(self.max_sleep_ms, next_due_ms))
+
+
+@dataclass
+class CycleResult:
+    leader: bool = True
+    paused: bool = False
+    claimed: int = 0
+    fired: int = 0
+    duplicates: int = 0
+    backoff: int = 0
+    dlq: int = 0
+    next_due_ms: int | None = None
+    lags: list[float] = field(default_factory=list)
+
+    def more_due(self, batch: int) -> bool:
+        """Claim again at once: the batch was full, or rows were left due by the tenant slices."""
+        if self.claimed >= batch:
+            return True
+        return self.claimed > 0 and self.next_due_ms is not None and self.next_due_ms <= 0
+
+
+class _Stopped(Exception):
+    """The sweeper is draining: abandon the cycle; its claims are handed back by ``stop``."""
+
+
+@dataclass
+class _Packed:
+    g_tenants: list[str] = field(default_factory=list)
+    g_queues: list[str] = field(default_factory=list)
+    g_keys: list[str] = field(default_factory=list)
+    g_payloads: list[bytes | None] = field(default_factory=list)
+    g_codecs: list[int] = field(default_factory=list)
+    f_tenants: list[str] = field(default_factory=list)
+    f_queues: list[str] = field(default_factory=list)
+    f_keys: list[str] = field(default_factory=list)
+    f_errors: list[str] = field(default_factory=list)
+    f_costs: list[int] = field(default_factory=list)
+
+    def fail(self, row: Any, error: str, klass: str) -> None:
+        self.f_tenants.append(row["tenant"])
+        self.f_queues.append(row["queue"])
+        self.f_keys.append(row["timer_key"])
+        self.f_errors.append(error)
+        self.f_costs.append(0 if klass == "transient" else 1)
+        TIMERS_FIRE_FAILED.labels(klass).inc()
+
+    def good(self, row: Any, payload: bytes | None, codec: int) -> None:
+        self.g_tenants.append(row["tenant"])
+        self.g_queues.append(row["queue"])
+        self.g_keys.append(row["timer_key"])
+        self.g_payloads.append(payload)
+        self.g_codecs.append(codec)
+
+
+class Sweeper:
+    def __init__(self, dsn: str, config: SweeperConfig, codec: Codec, *, name: str | None = None) -> None:
+        self.dsn = dsn
+        self.config = config
+        self.codec = codec
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.conn: asyncpg.Connection | None = None
+        self.leader = False
+        self.cursor: str | None = None
+        self.held: set[uuid.UUID] = set()
+        self.cycles = 0
+        self._wake = asyncio.Event()
+        self._notify_at = math.inf
+        self._stopping = asyncio.Event()
+        self._cycle_lock = asyncio.Lock()
+        self._last_pending = 0.0
+
+    # ---------------------------------------------------------------- wake-ups
+    def notify(self, payload: str) -> None:
+        """NOTIFY queen_timers: a timer due in ``payload`` ms was committed; wake no later than that.
+        A notification that arrives during a cycle is kept and shortens the sleep that follows it."""
+        try:
+            delay_ms = max(0, int(payload or 0))
+        except ValueError:
+            delay_ms = 0
+        target = asyncio.get_running_loop().time() + delay_ms / 1000
+        if target < self._notify_at:
+            self._notify_at = target
+        self._wake.set()
+
+    async def _sleep(self, ms: int) -> None:
+        loop = asyncio.get_running_loop()
+        wake_at = loop.time() + ms / 1000
+        while not self._stopping.is_set():
+            wake_at = min(wake_at, self._notify_at)
+            self._notify_at = math.inf
+            remaining = wake_at - loop.time()
+            if remaining <= 0:
+                return
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=remaining)
+            except TimeoutError:
+                return
+
+    # ---------------------------------------------------------------- the loop
+    async def _ensure_conn(self) -> asyncpg.Connection:
+        if self.conn is None or self.conn.is_closed():
+            self.leader = False
+            self.conn = await connect(self.dsn)
+        return self.conn
+
+    async def run(self) -> None:
+        """The supervised loop body; returns only when stopping."""
+        try:
+            while not self._stopping.is_set():
+                res = await self.run_once()
+                if self._stopping.is_set():
+                    break
+                if not res.leader:
+                    await self._sleep(self.config.max_sleep_ms)
+                    continue
+                if res.more_due(self.config.batch):
+                    await asyncio.sleep(0)
+                    continue
+                sleep_ms = self.config.clamp_sleep_ms(res.next_due_ms)
+                SWEEP_SLEEP.observe(sleep_ms / 1000)
+                await self._sleep(sleep_ms)
+        except _Stopped:
+            pass
+        except BaseException:
+            # A broken connection loses the leader lock with it; start from a clean connection.
+            await self._drop_conn()
+            raise
+        await asyncio.Event().wait()  # drained: idle until the loop is cancelled, never restarted
+
+    async def _drop_conn(self) -> None:
+        conn, self.conn, self.leader = self.conn, None, False
+        if conn is not None and not conn.is_closed():
+            conn.terminate()
+
+    async def run_once(self) -> CycleResult:
+        """One cycle: become (or stay) the firing sweeper, claim, pack, commit."""
+        async with self._cycle_lock:
+            if self._stopping.is_set():
+                raise _Stopped
+            conn = await self._ensure_conn()
+            if not self.leader:
+                self.leader = bool(await conn.fetchval(Q.timers_leader_try, LEADER_LOCK))
+                if not self.leader:
+                    return CycleResult(leader=False)
+            started = time.perf_counter()
+            res = await self._cycle(conn)
+            if res.claimed:
+                SWEEP_CYCLE.observe(time.perf_counter() - started)
+            self.cycles += 1
+            await self._maybe_count_pending(conn)
+            return res
+
+    async def _cycle(self, conn: asyncpg.Connection) -> CycleResult:
+        cfg = self.config
+        token = uuid.uuid4()
+        self.held.add(token)
+        rows = await conn.fetch(Q.timers_claim, token, cfg.lease_ms, cfg.batch, self.cursor, self.name, cfg.faults)
+        res = CycleResult()
+        claimed = []
+        for r in rows:
+            if r["tenant"] is None:
+                res.next_due_ms = r["next_due_ms"]
+                res.paused = bool(r["paused"])
+            else:
+                claimed.append(r)
+        res.claimed = len(claimed)
+        if not claimed:
+            self.held.discard(token)
+            return res
+        self.cursor = claimed[0]["tenant"]
+        stall_ms = max((r["stall_ms"] or 0 for r in claimed if r["fault"] == "stall"), default=0)
+        if stall_ms:
+            await self._stall(stall_ms)
+        packed = self.pack(claimed)
+        try:
+            out = await self._commit(conn, token, packed)
+        except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError, TimeoutError) as exc:
+            klass = failure_class(exc)
+            log.warning("timer fire of %d rows failed (%s): %s", len(claimed), klass, exc)
+            if conn.is_closed():
+                raise  # the claims expire after the lease; another cycle (or sweeper) fires them
+            if klass == "permanent" and len(claimed) > 1:
+                out = await self._fire_each(conn, token, packed)
+            else:
+                out = await self._fail_all(conn, token, packed, f"{type(exc).__name__}: {exc}", klass)
+        self.held.discard(token)
+        self._account(res, out)
+        return res
+
+    async def _stall(self, ms: int) -> None:
+        """Injected stall (test hook): the claim is held while nothing happens; a drain interrupts it."""
+        try:
+            await asyncio.wait_for(self._stopping.wait(), timeout=ms / 1000)
+        except TimeoutError:
+            return
+        raise _Stopped
+
+    def pack(self, rows: list[Any]) -> _Packed:
+        """Turn claimed rows into the log's stored bytes, or into failures with their class."""
+        p = _Packed()
+        for r in rows:
+            fault = r["fault"]
+            if fault in ("transient", "permanent"):
+                p.fail(r, f"injected {fault} failure (test hook)", fault)
+                continue
+            if r["key_id"] is not None:
+                p.good(r, None, 0)  # sealed at schedule: the stored bytes are the log's bytes
+                continue
+            body = r["payload"]
+            if r["payload_zstd"]:
+                try:
+                    body = self.codec.decompress(body)
+                except CodecError as exc:
+                    p.fail(r, f"payload is not a valid zstd frame: {exc}", "permanent")
+                    continue
+            try:
+                orjson.loads(body)
+            except orjson.JSONDecodeError as exc:
+                p.fail(r, f"payload is not valid JSON: {exc}", "permanent")
+                continue
+            codec, sealed = self.codec.pack(body)
+            if codec == CODEC_RAW and not r["payload_zstd"]:
+                p.good(r, None, CODEC_RAW)  # unchanged: the database reuses the stored bytes
+            else:
+                p.good(r, sealed, codec)
+        return p
+
+    async def _commit(self, conn: asyncpg.Connection, token: uuid.UUID, p: _Packed) -> list[Any]:
+        cfg = self.config
+        async with conn.transaction():
+            return await conn.fetch(
+                Q.timers_fire, token, p.g_tenants, p.g_queues, p.g_keys, p.g_payloads, p.g_codecs,
+                p.f_tenants, p.f_queues, p.f_keys, p.f_errors, p.f_costs,
+                cfg.max_attempts, cfg.backoff_base_ms, cfg.backoff_cap_ms,
+            )  # fmt: skip
+
+    async def _fail_all(self, conn: asyncpg.Connection, token: uuid.UUID, p: _Packed, error: str, klass: str) -> list[Any]:
+        f = _Packed()
+        for i in range(len(p.g_tenants)):
+            f.fail({"tenant": p.g_tenants[i], "queue": p.g_queues[i], "timer_key": p.g_keys[i]}, error, klass)
+        f.f_tenants += p.f_tenants
+        f.f_queues += p.f_queues
+        f.f_keys += p.f_keys
+        f.f_errors += p.f_errors
+        f.f_costs += p.f_costs
+        return await self._commit(conn, token, f)
+
+    async def _fire_each(self, conn: asyncpg.Connection, token: uuid.UUID, p: _Packed) -> list[Any]:
+        """A permanent failure of the whole commit: find the row(s) at fault by firing one at a time."""
+        out: list[Any] = []
+        for i in range(len(p.g_tenants)):
+            one = _Packed()
+            one.good({"tenant": p.g_tenants[i], "queue": p.g_queues[i], "timer_key": p.g_keys[i]}, p.g_payloads[i], p.g_codecs[i])
+            try:
+                out += await self._commit(conn, token, one)
+            except asyncpg.PostgresError as exc:
+                out += await self._fail_all(conn, token, one, f"{type(exc).__name__}: {exc}", failure_class(exc))
+        if p.f_tenants:
+            rest = _Packed(f_tenants=p.f_tenants, f_queues=p.f_queues, f_keys=p.f_keys, f_errors=p.f_errors, f_costs=p.f_costs)
+            out += await self._commit(conn, token, rest)
+        return out
+
+    def _account(self, res: CycleResult, out: list[Any]) -> None:
+        for r in out:
+            kind = r["kind"]
+            if kind == "fired":
+                res.fired += 1
+                lag = max(0.0, float(r["lag_s"] or 0.0))
+                res.lags.append(lag)
+                TIMERS_FIRE_LAG.observe(lag)
+            elif kind == "duplicate":
+                res.duplicates += 1
+            elif kind == "backoff":
+                res.backoff += 1
+            elif kind == "dlq":
+                res.dlq += 1
+        if res.fired:
+            TIMERS_FIRED.inc(res.fired)
+            MESSAGES_PUSHED.labels("timer").inc(res.fired)
+        if res.dlq:
+            TIMERS_DLQ.inc(res.dlq)
+
+    async def _maybe_count_pending(self, conn: asyncpg.Connection) -> None:
+        now = time.monotonic()
+        if now - self._last_pending >= PENDING_EVERY_S:
+            self._last_pending = now
+            TIMERS_PENDING.set(await conn.fetchval(Q.timers_pending_count))
+
+    # ---------------------------------------------------------------- drain
+    async def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop claiming, let an in-flight commit finish, hand back claims still held, let go of the lock."""
+        self._stopping.set()
+        self._wake.set()
+        try:
+            await asyncio.wait_for(self._cycle_lock.acquire(), timeout=timeout_s)
+            locked = True
+        except TimeoutError:
+            locked = False
+        try:
+            if self.held:
+                tokens = list(self.held)
+                conn = self.conn if locked and self.conn is not None and not self.conn.is_closed() else None
+                own = conn is None
+                if own:
+                    conn = await connect(self.dsn)
+                try:
+                    await conn.execute(Q.timers_release_claims, tokens)
+                    log.info("sweeper released %d claim token(s) at drain", len(tokens))
+                    self.held.clear()
+                finally:
+                    if own:
+                        await conn.close()
+        except Exception:
+            log.exception("could not release timer claims at drain; they expire after the lease")
+        finally:
+            if self.conn is not None and not self.conn.is_closed():
+                try:
+                    await asyncio.wait_for(self.conn.close(), timeout=2)
+                except Exception:
+                    self.conn.terminate()
+            self.conn, self.leader = None, False
+            if locked:
+                self._cycle_lock.release()
+
+
+def install(b: Any) -> None:
+    """Start this worker's sweeper once the broker is booted (unless disabled) and drain it at stop."""
+    if not b.settings.sweeper_enabled:
+        return
+
+    async def start(broker: Any) -> None:
+        sw = Sweeper(broker.dsn, SweeperConfig.from_settings(broker.settings), broker.codec)
+        broker.services["sweeper"] = sw
+        if broker.notifier is not None:
+            broker.notifier.subscribe(CHANNEL, sw.notify)
+        broker.loops.start("sweeper", sw.run)
+        broker.on_stop(lambda: sw.stop(timeout_s=max(1.0, broker.settings.drain_timeout_s - 1)))
+
+    b.on_ready("sweeper", start)

@@ -1,0 +1,167 @@
+"""Timer op validation: the wire's ops become ``TimerOp`` values, or a 400 that names the problem.
+
+Rules (seeds/timer-routes.md, PROTOCOL §3.1):
+
+- ``op`` is ``schedule``, ``reschedule`` (the same upsert) or ``cancel``.
+- schedule/reschedule carry ``queue``, ``timerKey``, ``payload`` (base64), ``delayMs`` (integer; zero
+  and negative are legal and fire on the first cycle), ``txn``; optionally ``partition`` and
+  ``payloadZstd``. cancel carries ``queue``, ``timerKey`` and optionally ``txn`` (echoed on absent).
+- Fields the server owns (producer identity, tenant, message id, any absolute instant, attempts, claim
+  state, and any key starting with ``_``) are a refusal naming the field, never a silent drop.
+- Any other unknown field, or an unknown op, is a refusal. JSON ``null`` on an optional field is absent.
+- The same (queue, timerKey) twice in one call is a refusal: the batch is index-aligned and each op
+  must have one unambiguous outcome.
+
+Plan checks (horizon, payload ceiling) need the tenant's plan and live in ``service``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass
+from typing import Any
+
+from broker.errors import BadRequest
+
+CODE = "timers_bad_request"
+
+SCHEDULE, RESCHEDULE, CANCEL = "schedule", "reschedule", "cancel"
+
+SERVER_OWNED = frozenset(
+    {
+        "producerSub",
+        "producer_sub",
+        "messageId",
+        "message_id",
+        "tenant",
+        "tenantId",
+        "tenant_id",
+        "deliverAt",
+        "deliver_at",
+        "delaySeconds",
+        "delay_seconds",
+        "attempts",
+        "claimToken",
+        "claim_token",
+        "claimedUntil",
+        "claimed_until",
+    }
+)
+_SCHEDULE_FIELDS = frozenset({"op", "queue", "timerKey", "payload", "delayMs", "txn", "partition", "payloadZstd"})
+_CANCEL_FIELDS = frozenset({"op", "queue", "timerKey", "txn"})
+
+# Name sizes: generous, but bounded so a key always fits the primary-key index.
+MAX_QUEUE = 256
+MAX_PARTITION = 256
+MAX_KEY = 1024
+MAX_TXN = 256
+# A delay in the past is legal; one further back than this is nonsense (and would overflow a timestamp).
+MIN_DELAY_MS = -(10**12)
+
+
+@dataclass(frozen=True, slots=True)
+class TimerOp:
+    op: str
+    queue: str
+    key: str
+    txn: str | None
+    partition: str | None = None
+    payload: bytes | None = None
+    payload_zstd: bool = False
+    delay_ms: int | None = None
+
+    @property
+    def is_schedule(self) -> bool:
+        return self.op != CANCEL
+
+
+def bad(reason: str, detail: str, index: int | None = None, **extra: object) -> BadRequest:
+    if index is not None:
+        extra = {"index": index, **extra}
+        detail = f"op {index}: {detail}"
+    return BadRequest(reason, detail, code=CODE, extra=extra)
+
+
+def check_name(value: object, field: str, reason: str, limit: int, index: int | None = None) -> str:
+    if not isinstance(value, str) or not value:
+        raise bad(reason, f"`{field}` must be a non-empty string", index, field=field)
+    if len(value.encode("utf-8", "surrogatepass")) > limit:
+        raise bad("timers_name_too_long", f"`{field}` is longer than {limit} bytes", index, field=field)
+    if "\x00" in value:
+        raise bad("timers_bad_name", f"`{field}` contains a NUL character", index, field=field)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise bad("timers_bad_name", f"`{field}` is not valid UTF-8 text", index, field=field) from None
+    return value
+
+
+def parse_op(raw: Any, index: int | None = None) -> TimerOp:
+    if not isinstance(raw, dict):
+        raise bad("timers_bad_op", "each operation must be a JSON object", index)
+    for field in raw:
+        if field in SERVER_OWNED or field.startswith("_"):
+            raise bad(
+                "timers_server_owned_field",
+                f"`{field}` is owned by the server and cannot be supplied (the producer and tenant come from "
+                "the credential, the message id is minted by the broker, and only the relative delayMs "
+                "is expressible)",
+                index,
+                field=field,
+            )
+    op = raw.get("op")
+    if op not in (SCHEDULE, RESCHEDULE, CANCEL):
+        raise bad("timers_bad_op", f"unknown op {op!r}: expected schedule, reschedule or cancel", index)
+    allowed = _CANCEL_FIELDS if op == CANCEL else _SCHEDULE_FIELDS
+    for field in raw:
+        if field not in allowed:
+            raise bad("timers_unknown_field", f"`{field}` is not a field of a {op} op", index, field=field)
+    queue = check_name(raw.get("queue"), "queue", "timers_queue_required", MAX_QUEUE, index)
+    key = check_name(raw.get("timerKey"), "timerKey", "timers_key_required", MAX_KEY, index)
+    txn_raw = raw.get("txn")
+    if op == CANCEL:
+        txn = None if txn_raw is None else check_name(txn_raw, "txn", "timers_bad_txn", MAX_TXN, index)
+        return TimerOp(CANCEL, queue, key, txn)
+    txn = check_name(txn_raw, "txn", "timers_txn_required", MAX_TXN, index)
+    part_raw = raw.get("partition")
+    partition = None if part_raw is None else check_name(part_raw, "partition", "timers_bad_partition", MAX_PARTITION, index)
+    zstd_raw = raw.get("payloadZstd")
+    if zstd_raw is not None and not isinstance(zstd_raw, bool):
+        raise bad("timers_bad_payload_zstd", "`payloadZstd` must be a boolean", index, field="payloadZstd")
+    delay = raw.get("delayMs")
+    if delay is None:
+        raise bad("timers_delay_required", "`delayMs` (integer milliseconds from now) is required", index, field="delayMs")
+    if isinstance(delay, bool) or not isinstance(delay, int):
+        raise bad("timers_bad_delay", "`delayMs` must be an integer number of milliseconds", index, field="delayMs")
+    if delay < MIN_DELAY_MS:
+        raise bad("timers_bad_delay", f"`delayMs` must be >= {MIN_DELAY_MS}", index, field="delayMs")
+    payload_raw = raw.get("payload")
+    if payload_raw is None:
+        raise bad("timers_payload_required", "`payload` (base64) is required", index, field="payload")
+    if not isinstance(payload_raw, str):
+        raise bad("timers_payload_not_base64", "`payload` must be a base64 string", index, field="payload")
+    try:
+        payload = base64.b64decode(payload_raw, validate=True)
+    except (binascii.Error, ValueError):
+        raise bad("timers_payload_not_base64", "`payload` is not valid base64", index, field="payload") from None
+    return TimerOp(op, queue, key, txn, partition, payload, bool(zstd_raw), delay)
+
+
+def parse_ops(raw: Any, *, max_ops: int) -> list[TimerOp]:
+    """Validate a whole ``operations`` array; any refusal refuses the whole call."""
+    if not isinstance(raw, list):
+        raise bad("timers_bad_body", "`operations` must be an array of timer operations")
+    if len(raw) > max_ops:
+        raise bad("timers_too_many_ops", f"at most {max_ops} operations per call, got {len(raw)}", limit=max_ops)
+    ops = [parse_op(item, i) for i, item in enumerate(raw)]
+    seen: dict[tuple[str, str], int] = {}
+    for i, op in enumerate(ops):
+        first = seen.setdefault((op.queue, op.key), i)
+        if first != i:
+            raise bad(
+                "timers_duplicate_key",
+                f"queue {op.queue!r} timerKey {op.key!r} already appears at op {first}; one op per timer per call",
+                i,
+            )
+    return ops

@@ -1,0 +1,307 @@
+"""Schedule, cancel, peek and list timers against the database.
+
+One call of ``POST /api/v1/timers`` (or one ``timers`` rider) is one statement: the whole batch goes to
+``queen_timers_apply`` as parallel arrays inside the caller's transaction, next to the metering row.
+When the broker has an encryption key ring, the destination queues' ``encryption_enabled`` flags are
+read first (one more statement) so payloads bound for an encrypting queue are sealed — encrypted — at
+schedule time; the SQL function refuses a cleartext payload for an encrypting queue, so a flag switched
+on in between cannot leave cleartext at rest (the call re-reads the flags once and retries).
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+from typing import Any
+
+import asyncpg
+import orjson
+import zstandard
+
+from broker import errors, limits, metering
+from broker.auth import Principal
+from broker.codec import CodecError
+from broker.ids import uuid7
+from broker.metrics import TIMERS_OPS
+from broker.payloads import seal
+from broker.store.queries import Q
+from broker.timers.ops import CODE, TimerOp, bad
+from broker.timers.status import Status, iso_us, result
+
+SQLSTATE_DISABLED = "QT001"
+SQLSTATE_ENCRYPTING = "QT002"
+DISABLED_RETRY_AFTER_S = 5
+HINT = {errors.TIMERS_HINT_HEADER: errors.TIMERS_HINT_VALUE}
+
+
+def with_hint(exc: errors.ApiError) -> errors.ApiError:
+    """A refusal of the schedule route names the cancel route that always works."""
+    exc.headers.setdefault(errors.TIMERS_HINT_HEADER, errors.TIMERS_HINT_VALUE)
+    return exc
+
+
+def disabled_error(*, in_transaction: bool) -> errors.ApiError:
+    detail = "timer scheduling is switched off by an operator; cancels keep working on the DELETE route"
+    if in_transaction:
+        return errors.Forbidden("timers_disabled", detail, code="timers_disabled", headers=HINT)
+    return errors.Unavailable(
+        "timers_disabled", detail, code="timers_disabled", retry_after_s=DISABLED_RETRY_AFTER_S, headers=HINT
+    )
+
+
+def schedule_count(ops: Sequence[TimerOp]) -> int:
+    return sum(1 for op in ops if op.is_schedule)
+
+
+def decoded_size(op: TimerOp, ceiling: int) -> int:
+    """Size of the payload the fire will deliver: the bytes, or their zstd content size."""
+    assert op.payload is not None
+    if not op.payload_zstd:
+        return len(op.payload)
+    try:
+        size = zstandard.frame_content_size(op.payload)
+    except zstandard.ZstdError:
+        raise bad("timers_payload_not_zstd", "`payloadZstd` is true but `payload` is not a zstd frame") from None
+    if size >= 0:
+        return size
+    # No content size in the frame header: decompress, but never more than the ceiling + 1 byte.
+    try:
+        reader = zstandard.ZstdDecompressor().stream_reader(op.payload)
+        return len(reader.read(ceiling + 1))
+    except zstandard.ZstdError:
+        raise bad("timers_payload_not_zstd", "`payloadZstd` is true but `payload` is not a valid zstd frame") from None
+
+
+async def check_plan(broker: Any, principal: Principal, ops: Sequence[TimerOp]) -> None:
+    """The plan's verdicts: the horizon (403) and the payload ceiling (413), on every schedule op."""
+    if not any(op.is_schedule for op in ops):
+        return
+    plan = await limits.plan_for(broker, principal.tenant)
+    horizon = plan.timers_horizon_ms
+    ceiling = plan.timer_payload_ceiling
+    for i, op in enumerate(ops):
+        if not op.is_schedule:
+            continue
+        assert op.delay_ms is not None
+        if op.delay_ms > horizon:
+            raise with_hint(
+                errors.Forbidden(
+                    "timers_horizon",
+                    f"op {i}: delayMs {op.delay_ms} is beyond this tenant's horizon of {horizon} ms",
+                    code="timer_horizon_exceeded",
+                    extra={"index": i, "horizonMs": horizon},
+                )
+            )
+        size = decoded_size(op, ceiling)
+        if size > ceiling:
+            raise errors.PayloadTooLarge(
+                "timers_payload_too_large",
+                f"op {i}: the decoded payload is {size} bytes; the ceiling is {ceiling} bytes",
+                code="payload_too_large",
+                extra={"index": i, "limit": ceiling},
+            )
+
+
+def _seal_for_encrypting_queue(broker: Any, tenant: str, op: TimerOp) -> tuple[bytes, bool, str]:
+    """Encryption happens at schedule: the payload is sealed into the log's stored format now and the
+    fire moves it untouched. The fire cannot look inside it, so it must be JSON now."""
+    assert op.payload is not None
+    body = op.payload
+    if op.payload_zstd:
+        try:
+            body = broker.codec.decompress(body)
+        except CodecError:
+            raise bad("timers_payload_not_zstd", "`payloadZstd` is true but `payload` is not a valid zstd frame") from None
+    try:
+        orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise bad(
+            "timers_payload_not_json",
+            f"queue {op.queue!r} encrypts at rest, so the payload is sealed at schedule and must be JSON now",
+        ) from None
+    try:
+        sealed = seal(broker.codec, broker.keyring, tenant, op.queue, body, encrypt=True)
+    except Exception as exc:  # NoEncryptionKey: the ring emptied under us
+        raise _no_keys(op.queue) from exc
+    return sealed.payload, sealed.codec == 1, sealed.key_id or ""
+
+
+def _no_keys(queue: str) -> errors.ApiError:
+    return errors.Unavailable(
+        "timers_encryption_key_missing",
+        f"queue {queue!r} encrypts at rest but this broker has no encryption key (QUEEN_ENCRYPTION_KEYS)",
+        code="timers_misconfigured",
+        retry_after_s=30,
+    )
+
+
+async def apply(
+    conn: asyncpg.Connection,
+    broker: Any,
+    principal: Principal,
+    ops: Sequence[TimerOp],
+    *,
+    check_switch: bool = True,
+    in_transaction: bool = False,
+) -> list[dict[str, Any]]:
+    """Apply validated ops in the caller's transaction; one result element per op, in op order."""
+    if not ops:
+        return []
+    tenant = principal.tenant
+    encrypting: set[str] = set()
+    if broker.keyring:
+        queues = sorted({op.queue for op in ops if op.is_schedule})
+        if queues:
+            encrypting = {r["name"] for r in await conn.fetch(Q.timers_encrypting_queues, tenant, queues)}
+    for attempt in (1, 2):
+        args = _arrays(broker, principal, ops, encrypting, check_switch)
+        try:
+            if broker.keyring:
+                # A savepoint, so the encryption retry below runs in a still usable transaction.
+                async with conn.transaction():
+                    rows = await conn.fetch(Q.timers_apply, *args)
+            else:
+                rows = await conn.fetch(Q.timers_apply, *args)
+            break
+        except asyncpg.PostgresError as exc:
+            state = getattr(exc, "sqlstate", None)
+            if state == SQLSTATE_DISABLED:
+                raise disabled_error(in_transaction=in_transaction) from None
+            if state == SQLSTATE_ENCRYPTING:
+                queue = getattr(exc, "detail", None) or "?"
+                if not broker.keyring or attempt == 2:
+                    raise _no_keys(queue) from None
+                encrypting.add(queue)
+                continue
+            raise
+    out: list[dict[str, Any]] = []
+    for op, row in zip(ops, rows, strict=True):
+        status = Status(row["status"])
+        TIMERS_OPS.labels(status.value).inc()
+        out.append(
+            result(status, op.queue, op.key, txn=row["txn"], message_id=row["message_id"], deliver_at=row["deliver_at"])
+        )
+    return out
+
+
+def _arrays(
+    broker: Any, principal: Principal, ops: Sequence[TimerOp], encrypting: set[str], check_switch: bool
+) -> tuple[Any, ...]:
+    kinds, queues, keys, parts, txns, ids, payloads, zstd, key_ids, delays = ([] for _ in range(10))
+    for op in ops:
+        kinds.append(op.op)
+        queues.append(op.queue)
+        keys.append(op.key)
+        txns.append(op.txn)
+        if op.is_schedule:
+            parts.append(op.partition)
+            ids.append(uuid7())
+            delays.append(op.delay_ms)
+            if op.queue in encrypting:
+                body, z, kid = _seal_for_encrypting_queue(broker, principal.tenant, op)
+                payloads.append(body)
+                zstd.append(z)
+                key_ids.append(kid)
+            else:
+                payloads.append(op.payload)
+                zstd.append(op.payload_zstd)
+                key_ids.append(None)
+        else:
+            parts.append(None)
+            ids.append(None)
+            delays.append(None)
+            payloads.append(None)
+            zstd.append(None)
+            key_ids.append(None)
+    near_ms = broker.settings.sweeper_max_sleep_ms
+    return (principal.tenant, principal.sub, check_switch, near_ms, kinds, queues, keys, parts, txns, ids,
+            payloads, zstd, key_ids, delays)
+
+
+def applied_schedules(results: Sequence[dict[str, Any]]) -> int:
+    """Metering unit: one per schedule/reschedule that made a promise (a too_late made none)."""
+    return sum(1 for r in results if r["status"] in (Status.SCHEDULED, Status.RESCHEDULED))
+
+
+async def schedule_call(broker: Any, principal: Principal, ops: Sequence[TimerOp]) -> list[dict[str, Any]]:
+    """``POST /api/v1/timers``: one transaction for the batch and its meter."""
+    pool = broker.require_pool()
+    async with pool.acquire() as conn:
+        async with conn.transaction():
+            results = await apply(conn, broker, principal, ops, check_switch=True)
+            n = applied_schedules(results)
+            if n:
+                await metering.record(conn, principal.tenant, messages=n)
+    return results
+
+
+async def cancel_one(broker: Any, principal: Principal, queue: str, key: str, txn: str | None) -> dict[str, Any]:
+    """``DELETE /api/v1/timers/:queue/*timerKey``: no grant, no limits, no switch; only the boot flag."""
+    pool = broker.require_pool()
+    op = TimerOp("cancel", queue, key, txn)
+    async with pool.acquire() as conn:
+        async with conn.transaction():
+            results = await apply(conn, broker, principal, [op], check_switch=False)
+    return results[0]
+
+
+def _b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode("ascii")
+
+
+def _row_body(row: asyncpg.Record) -> dict[str, Any]:
+    return {
+        "queue": row["queue"],
+        "timerKey": row["timer_key"],
+        "partition": row["partition"],
+        "deliverAt": iso_us(row["deliver_at"]),
+        "txn": row["txn"],
+        "messageId": str(row["message_id"]),
+        "payloadZstd": row["payload_zstd"],
+        "encrypted": row["key_id"] is not None,
+        "producerSub": row["producer_sub"],
+        "attempts": row["attempts"],
+        "lastError": row["last_error"],
+        "claimed": row["claimed"],
+        "createdAt": iso_us(row["created_at"]),
+        "updatedAt": iso_us(row["updated_at"]),
+    }
+
+
+async def peek(broker: Any, tenant: str, queue: str, key: str) -> dict[str, Any]:
+    """One timer with its payload base64 as stored (never decrypted); a miss is ``found: false``."""
+    pool = broker.require_pool()
+    async with pool.acquire() as conn:
+        row = await conn.fetchrow(Q.timers_peek, tenant, queue, key)
+    if row is None:
+        return {"found": False, "queue": queue, "timerKey": key}
+    body = {"found": True, **_row_body(row)}
+    body["payload"] = _b64(row["payload"])
+    return body
+
+
+async def list_page(broker: Any, tenant: str, queue: str, after: str | None, limit: int) -> dict[str, Any]:
+    """Keyset page over one queue's pending timers, in byte order of timerKey; no payloads."""
+    pool = broker.require_pool()
+    async with pool.acquire() as conn:
+        rows = await conn.fetch(Q.timers_list, tenant, queue, after, limit + 1)
+    truncated = len(rows) > limit
+    rows = rows[:limit]
+    return {
+        "rows": [_row_body(r) for r in rows],
+        "truncated": truncated,
+        "nextAfter": rows[-1]["timer_key"] if truncated and rows else None,
+    }
+
+
+__all__ = [
+    "CODE",
+    "apply",
+    "cancel_one",
+    "check_plan",
+    "list_page",
+    "peek",
+    "schedule_call",
+    "schedule_count",
+    "with_hint",
+]

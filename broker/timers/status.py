@@ -1,0 +1,60 @@
+"""The closed status taxonomy of the timer surface and the one function per result shape.
+
+Every element of a schedule or cancel answer carries ``ok`` and exactly one ``status`` from ``Status``
+and no other: a client that has to tell them apart writes a switch. ``absent`` and ``too_late`` are
+verdicts with ``ok: false`` and HTTP 200, never errors.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+
+class Status(StrEnum):
+    SCHEDULED = "scheduled"
+    RESCHEDULED = "rescheduled"
+    CANCELLED = "cancelled"
+    ABSENT = "absent"
+    TOO_LATE = "too_late"
+
+    @property
+    def ok(self) -> bool:
+        return self in _OK
+
+
+_OK = frozenset({Status.SCHEDULED, Status.RESCHEDULED, Status.CANCELLED})
+
+
+def iso_us(dt: datetime | None) -> str | None:
+    """``YYYY-MM-DDTHH:MM:SS.ffffffZ`` in UTC: sorts as a string in time order."""
+    if dt is None:
+        return None
+    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def result(
+    status: Status,
+    queue: str,
+    timer_key: str,
+    *,
+    txn: str | None = None,
+    message_id: Any = None,
+    deliver_at: datetime | None = None,
+) -> dict[str, Any]:
+    """One result element, shaped by its status:
+
+    - scheduled / rescheduled: ``{ok, status, queue, timerKey, txn, messageId, deliverAt}``
+    - cancelled:               ``{ok, status, queue, timerKey, txn}`` (the stored txn)
+    - absent:                  ``{ok, status, queue, timerKey, txn}`` (the txn the caller sent, or null)
+    - too_late:                ``{ok, status, queue, timerKey}``
+    """
+    body: dict[str, Any] = {"ok": status.ok, "status": status.value, "queue": queue, "timerKey": timer_key}
+    if status in (Status.SCHEDULED, Status.RESCHEDULED):
+        body["txn"] = txn
+        body["messageId"] = str(message_id)
+        body["deliverAt"] = iso_us(deliver_at)
+    elif status in (Status.CANCELLED, Status.ABSENT):
+        body["txn"] = txn
+    return body

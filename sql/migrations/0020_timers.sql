@@ -1,0 +1,401 @@
+-- Timers: messages that are not in the log yet.
+--
+-- One row per pending timer, keyed (tenant, queue, timer_key). A row lives from its schedule until
+-- its fire (the row is deleted in the same transaction that writes the message), its cancel, or its
+-- move to the DLQ after the attempt budget. There is no tombstone.
+--
+-- due_at is "the next instant a sweeper may claim this row", and the only column the sweeper's claim
+-- looks at:
+--   fresh row        due_at = deliver_at
+--   claimed row      due_at = claimed_until (so an expired claim is simply due again)
+--   row in backoff   due_at = now() + backoff, claim cleared (not claimed, so still cancellable)
+-- A row is "claimed" (cancel/reschedule answer too_late, peek says claimed:true) exactly when
+-- claim_token IS NOT NULL AND claimed_until > now(), compared by the database clock.
+--
+-- payload holds the stored bytes. Unencrypted: the client's bytes as sent (zstd when payload_zstd);
+-- the fire checks they are JSON and seals them for the log. Encrypted (key_id set): the output of
+-- broker.payloads.seal at schedule time (codec = 1 when payload_zstd), moved into the log untouched.
+
+CREATE TABLE queen_timers (
+    tenant        text NOT NULL,
+    queue         text COLLATE "C" NOT NULL,
+    timer_key     text COLLATE "C" NOT NULL,
+    partition     text COLLATE "C" NOT NULL DEFAULT 'Default',
+    txn           text COLLATE "C" NOT NULL,
+    message_id    uuid NOT NULL,
+    payload       bytea NOT NULL,
+    payload_zstd  boolean NOT NULL DEFAULT false,
+    key_id        text,
+    producer_sub  text,
+    deliver_at    timestamptz NOT NULL,
+    due_at        timestamptz NOT NULL,
+    attempts      integer NOT NULL DEFAULT 0,   -- permanent failures: the budget
+    failures      integer NOT NULL DEFAULT 0,   -- every failure: the backoff exponent
+    last_error    text,
+    claim_token   uuid,
+    claimed_until timestamptz,
+    claimed_by    text,
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    updated_at    timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (tenant, queue, timer_key)
+);
+-- The sweeper walks tenants (queen_tenants) and, per tenant, the earliest due rows.
+CREATE INDEX queen_timers_due ON queen_timers (tenant, due_at);
+
+-- Operator switches, cluster-wide (tenant '*'), read by every worker from the database so they hold
+-- across workers and brokers: sweeper_paused stops the fire (only an operator can), and
+-- scheduling_enabled = false refuses POST /api/v1/timers (503) and the transaction rider (403) while
+-- the DELETE cancel keeps working.
+CREATE TABLE queen_timer_switches (
+    tenant             text PRIMARY KEY,
+    sweeper_paused     boolean NOT NULL DEFAULT false,
+    scheduling_enabled boolean NOT NULL DEFAULT true,
+    updated_at         timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO queen_timer_switches (tenant) VALUES ('*');
+
+-- Fault injection for tests (QUEEN_TEST_HOOKS=1 only; see broker/http/test_hooks.py): the next
+-- `remaining` fires of (tenant, queue) fail with failure_class, or stall for stall_ms before firing.
+CREATE TABLE queen_timer_faults (
+    tenant        text NOT NULL,
+    queue         text COLLATE "C" NOT NULL,
+    failure_class text NOT NULL CHECK (failure_class IN ('transient', 'permanent', 'stall')),
+    remaining     integer NOT NULL CHECK (remaining >= 0),
+    stall_ms      integer NOT NULL DEFAULT 0,
+    PRIMARY KEY (tenant, queue)
+);
+
+CREATE FUNCTION queen_timers_scheduling_enabled() RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce((SELECT scheduling_enabled FROM queen_timer_switches WHERE tenant = '*'), true)
+$$;
+
+-- queen_timers_apply: schedule / reschedule / cancel a batch of timers in one statement.
+--
+-- Items are parallel arrays, index i = op i; every (queue, key) appears at most once (the caller
+-- refuses duplicates). Returns one row per op, in op order:
+--   schedule/reschedule -> 'scheduled' (no row existed) | 'rescheduled' (row replaced, attempts reset,
+--                          last error cleared, new message id and txn) | 'too_late' (row claimed)
+--   cancel              -> 'cancelled' (row deleted; txn = the stored txn) | 'too_late' | 'absent'
+-- p_check_switch: refuse the whole call with SQLSTATE QT001 when scheduling is switched off (the
+-- DELETE cancel route passes false: nothing but the boot flag refuses it).
+-- Notifies queen_timers with the smallest new delay in ms when some timer is due within p_near_ms,
+-- so sleeping sweepers wake at commit.
+CREATE FUNCTION queen_timers_apply(
+    p_tenant         text,
+    p_sub            text,
+    p_check_switch   boolean,
+    p_near_ms        bigint,
+    p_ops            text[],
+    p_queues         text[],
+    p_keys           text[],
+    p_partitions     text[],
+    p_txns           text[],
+    p_ids            uuid[],
+    p_payloads       bytea[],
+    p_zstd           boolean[],
+    p_key_ids        text[],
+    p_delays         bigint[]
+) RETURNS TABLE (idx integer, status text, txn text, message_id uuid, deliver_at timestamptz)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_near bigint;
+    v_bad  text;
+BEGIN
+    IF p_check_switch AND NOT queen_timers_scheduling_enabled() THEN
+        RAISE EXCEPTION 'timer scheduling is switched off by an operator' USING ERRCODE = 'QT001';
+    END IF;
+
+    -- A queue that encrypts at rest must get encrypted payloads (key id set): the caller read the
+    -- queues' flags to seal; a schedule that reaches an encrypting queue in clear is refused (QT002),
+    -- so a flag switched on between that read and this statement cannot leave cleartext at rest.
+    SELECT i.q INTO v_bad
+    FROM unnest(p_ops, p_queues, p_key_ids) AS i(op, q, k)
+    JOIN queen_queues qq ON qq.tenant = p_tenant AND qq.name = i.q AND qq.encryption_enabled
+    WHERE i.op <> 'cancel' AND i.k IS NULL
+    LIMIT 1;
+    IF v_bad IS NOT NULL THEN
+        RAISE EXCEPTION 'queue % encrypts at rest', v_bad USING ERRCODE = 'QT002', DETAIL = v_bad;
+    END IF;
+
+    IF EXISTS (SELECT 1 FROM unnest(p_ops) o WHERE o <> 'cancel') THEN
+        INSERT INTO queen_tenants (tenant) VALUES (p_tenant) ON CONFLICT DO NOTHING;
+    END IF;
+
+    RETURN QUERY
+    WITH inp AS (
+        SELECT u.ord::integer AS i, u.op, u.q, u.k, coalesce(u.p, 'Default') AS p, u.t, u.id, u.pl,
+               coalesce(u.z, false) AS z, u.kid, u.d
+        FROM unnest(p_ops, p_queues, p_keys, p_partitions, p_txns, p_ids, p_payloads, p_zstd, p_key_ids, p_delays)
+             WITH ORDINALITY AS u(op, q, k, p, t, id, pl, z, kid, d, ord)
+    ),
+    cur AS (
+        SELECT t.queue, t.timer_key, t.txn AS old_txn,
+               (t.claim_token IS NOT NULL AND t.claimed_until > now()) AS claimed
+        FROM queen_timers t
+        JOIN inp ON t.tenant = p_tenant AND t.queue = inp.q AND t.timer_key = inp.k
+        ORDER BY t.queue, t.timer_key
+        FOR UPDATE OF t
+    ),
+    ups AS (
+        INSERT INTO queen_timers AS t (tenant, queue, timer_key, partition, txn, message_id, payload,
+                                       payload_zstd, key_id, producer_sub, deliver_at, due_at)
+        SELECT p_tenant, inp.q, inp.k, inp.p, inp.t, inp.id, inp.pl, inp.z, inp.kid, p_sub,
+               now() + inp.d * interval '1 millisecond', now() + inp.d * interval '1 millisecond'
+        FROM inp LEFT JOIN cur ON cur.queue = inp.q AND cur.timer_key = inp.k
+        WHERE inp.op <> 'cancel' AND NOT coalesce(cur.claimed, false)
+        ORDER BY inp.q, inp.k
+        ON CONFLICT (tenant, queue, timer_key) DO UPDATE
+           SET partition = excluded.partition, txn = excluded.txn, message_id = excluded.message_id,
+               payload = excluded.payload, payload_zstd = excluded.payload_zstd, key_id = excluded.key_id,
+               producer_sub = excluded.producer_sub, deliver_at = excluded.deliver_at,
+               due_at = excluded.due_at, attempts = 0, failures = 0, last_error = NULL,
+               claim_token = NULL, claimed_until = NULL, claimed_by = NULL, updated_at = now()
+           WHERE NOT (t.claim_token IS NOT NULL AND t.claimed_until > now())
+        RETURNING t.queue, t.timer_key, t.deliver_at
+    ),
+    del AS (
+        DELETE FROM queen_timers t
+        USING inp, cur
+        WHERE inp.op = 'cancel' AND cur.queue = inp.q AND cur.timer_key = inp.k AND NOT cur.claimed
+          AND t.tenant = p_tenant AND t.queue = inp.q AND t.timer_key = inp.k
+        RETURNING t.queue, t.timer_key, t.txn
+    )
+    SELECT inp.i,
+           CASE
+             WHEN inp.op = 'cancel' THEN
+               CASE WHEN del.queue IS NOT NULL THEN 'cancelled'
+                    WHEN cur.claimed THEN 'too_late'
+                    ELSE 'absent' END
+             WHEN ups.queue IS NULL THEN 'too_late'
+             WHEN cur.queue IS NULL THEN 'scheduled'
+             ELSE 'rescheduled'
+           END,
+           CASE WHEN inp.op = 'cancel' THEN coalesce(del.txn, inp.t) ELSE inp.t END,
+           CASE WHEN ups.queue IS NOT NULL THEN inp.id END,
+           ups.deliver_at
+    FROM inp
+    LEFT JOIN cur ON cur.queue = inp.q AND cur.timer_key = inp.k
+    LEFT JOIN ups ON ups.queue = inp.q AND ups.timer_key = inp.k
+    LEFT JOIN del ON del.queue = inp.q AND del.timer_key = inp.k
+    ORDER BY inp.i;
+
+    SELECT min(d) INTO v_near FROM unnest(p_ops, p_delays) AS x(op, d) WHERE op <> 'cancel';
+    IF v_near IS NOT NULL AND v_near <= p_near_ms THEN
+        PERFORM pg_notify('queen_timers', greatest(v_near, 0)::text);
+    END IF;
+END
+$$;
+
+-- queen_timers_fire: the commit half of a sweep cycle, one transaction.
+--
+-- Good rows (parallel arrays g_*) are deleted if and only if they still hold p_token, and exactly the
+-- deleted ones are pushed into the log through queen_push, per tenant, in (queue, partition,
+-- deliver_at) order; a NULL sealed payload means "the stored bytes are already the log's bytes".
+-- queen_push is idempotent by (partition, txn), so a re-fire after a lost commit is a duplicate, never
+-- a second frame. Failed rows (f_*) still holding the token get their claim cleared, the failure
+-- counted (f_cost 1 = permanent, 0 = transient) and a backoff; a row whose attempts reach
+-- p_max_attempts moves to its queue's DLQ as a synthetic row (consumer group __timers__).
+-- Returns one row per row acted upon: kind 'fired' (lag = commit-time clock minus deliver_at),
+-- 'duplicate', 'backoff' or 'dlq'.
+CREATE FUNCTION queen_timers_fire(
+    p_token        uuid,
+    g_tenants      text[],
+    g_queues       text[],
+    g_keys         text[],
+    g_payloads     bytea[],
+    g_codecs       smallint[],
+    f_tenants      text[],
+    f_queues       text[],
+    f_keys         text[],
+    f_errors       text[],
+    f_costs        integer[],
+    p_max_attempts integer,
+    p_backoff_base_ms bigint,
+    p_backoff_cap_ms  bigint
+) RETURNS TABLE (kind text, tenant text, queue text, timer_key text, lag_s double precision)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    r record;
+BEGIN
+    FOR r IN
+        WITH inp AS (
+            SELECT * FROM unnest(g_tenants, g_queues, g_keys, g_payloads, g_codecs) AS u(te, q, k, pl, c)
+        ),
+        gone AS (
+            DELETE FROM queen_timers t USING inp
+            WHERE t.tenant = inp.te AND t.queue = inp.q AND t.timer_key = inp.k AND t.claim_token = p_token
+            RETURNING t.tenant, t.queue, t.timer_key, t.partition, t.txn, t.message_id, t.payload,
+                      t.payload_zstd, t.key_id, t.producer_sub, t.deliver_at
+        ),
+        j AS (
+            SELECT g.*, coalesce(inp.pl, g.payload) AS sealed,
+                   CASE WHEN inp.pl IS NOT NULL THEN inp.c
+                        WHEN g.payload_zstd THEN 1::smallint ELSE 0::smallint END AS codec
+            FROM gone g JOIN inp ON inp.te = g.tenant AND inp.q = g.queue AND inp.k = g.timer_key
+        )
+        SELECT j.tenant,
+               array_agg(j.queue ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS qs,
+               array_agg(j.partition ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS ps,
+               array_agg(j.message_id ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS ids,
+               array_agg(j.txn ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS txns,
+               array_agg(j.sealed ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS pls,
+               array_agg(j.codec ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS cs,
+               array_agg(j.key_id ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS kids,
+               array_agg(j.producer_sub ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS subs,
+               array_agg(j.timer_key ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS keys,
+               array_agg(j.deliver_at ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS dats
+        FROM j GROUP BY j.tenant ORDER BY j.tenant
+    LOOP
+        RETURN QUERY
+        SELECT CASE WHEN qp.st = 'queued' THEN 'fired' ELSE 'duplicate' END,
+               r.tenant, r.qs[qp.n], r.keys[qp.n],
+               extract(epoch FROM clock_timestamp() - r.dats[qp.n])::double precision
+        FROM queen_push(r.tenant, r.qs, r.ps, r.ids, r.txns,
+                        array_fill(NULL::uuid, ARRAY[cardinality(r.qs)]), r.pls, r.cs, r.kids, r.subs,
+                        array_fill(NULL::bigint, ARRAY[cardinality(r.qs)]))
+             WITH ORDINALITY AS qp(i, st, mid, pid, seq, n);
+    END LOOP;
+
+    IF cardinality(f_tenants) > 0 THEN
+        RETURN QUERY
+        WITH inp AS (
+            SELECT * FROM unnest(f_tenants, f_queues, f_keys, f_errors, f_costs) AS u(te, q, k, err, cost)
+        ),
+        upd AS (
+            UPDATE queen_timers t
+               SET attempts = t.attempts + inp.cost, failures = t.failures + 1, last_error = inp.err,
+                   claim_token = NULL, claimed_until = NULL, claimed_by = NULL, updated_at = now(),
+                   due_at = now() + least(p_backoff_cap_ms,
+                                          p_backoff_base_ms * power(2, least(t.failures, 40))::bigint)
+                                    * interval '1 millisecond'
+            FROM inp
+            WHERE t.tenant = inp.te AND t.queue = inp.q AND t.timer_key = inp.k AND t.claim_token = p_token
+            RETURNING t.tenant, t.queue, t.timer_key, t.attempts
+        )
+        SELECT CASE WHEN upd.attempts >= p_max_attempts THEN 'dlq' ELSE 'backoff' END,
+               upd.tenant, upd.queue, upd.timer_key, NULL::double precision
+        FROM upd;
+
+        -- Out of budget: the row leaves for its queue's DLQ (the rows just updated are locked by us).
+        WITH inp AS (
+            SELECT * FROM unnest(f_tenants, f_queues, f_keys) AS u(te, q, k)
+        ),
+        dead AS (
+            DELETE FROM queen_timers t USING inp
+            WHERE t.tenant = inp.te AND t.queue = inp.q AND t.timer_key = inp.k
+              AND t.claim_token IS NULL AND t.attempts >= p_max_attempts
+            RETURNING t.*
+        )
+        INSERT INTO queen_dlq (tenant, id, queue, partition_id, partition, consumer_group, synthetic,
+                               message_id, txn, payload, codec, key_id, producer_sub, error,
+                               retry_count, original_created_at)
+        SELECT d.tenant, gen_random_uuid(), d.queue, qp.id, d.partition, '__timers__', true,
+               d.message_id, d.txn, d.payload, CASE WHEN d.payload_zstd THEN 1 ELSE 0 END,
+               d.key_id, d.producer_sub, d.last_error, d.attempts, d.created_at
+        FROM dead d
+        LEFT JOIN queen_partitions qp ON qp.tenant = d.tenant AND qp.queue = d.queue AND qp.name = d.partition;
+    END IF;
+END
+$$;
+
+-- queen_timers_claim: the claim half of a sweep cycle, one statement-set in one call.
+--
+-- Claims at most p_batch due rows (due_at <= now(): fresh, backoff elapsed, or claim expired) with
+-- FOR UPDATE SKIP LOCKED, stamping p_token, claimed_until = due_at = now() + p_lease_ms. Fairness:
+-- every tenant with due rows gets an equal slice of the batch (ceil(p_batch / active tenants)), and
+-- the walk over tenants starts after p_cursor, so a tenant's burst cannot starve another's timers.
+-- Nothing is claimed while an operator has paused the sweeper. With p_faults (test hooks) each row
+-- may carry an injected fault taken from queen_timer_faults.
+-- When fewer than p_batch rows were claimed, a last row with tenant NULL carries next_due_ms: how long
+-- until the earliest row becomes due (NULL when there is none), by the database clock.
+CREATE FUNCTION queen_timers_claim(
+    p_token      uuid,
+    p_lease_ms   bigint,
+    p_batch      integer,
+    p_cursor     text,
+    p_claimed_by text,
+    p_faults     boolean
+) RETURNS TABLE (tenant text, queue text, timer_key text, partition text, payload bytea,
+                 payload_zstd boolean, key_id text, deliver_at timestamptz, fault text, stall_ms integer,
+                 next_due_ms bigint, paused boolean)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_active integer;
+    v_slice  integer;
+    v_rows   integer := 0;
+BEGIN
+    IF coalesce((SELECT s.sweeper_paused FROM queen_timer_switches s WHERE s.tenant = '*'), false) THEN
+        RETURN QUERY SELECT NULL::text, NULL::text, NULL::text, NULL::text, NULL::bytea, NULL::boolean,
+                            NULL::text, NULL::timestamptz, NULL::text, NULL::integer, NULL::bigint, true;
+        RETURN;
+    END IF;
+
+    SELECT count(*) INTO v_active FROM queen_tenants qt
+    WHERE EXISTS (SELECT 1 FROM queen_timers t WHERE t.tenant = qt.tenant AND t.due_at <= now());
+
+    IF v_active > 0 THEN
+        v_slice := greatest(ceil(p_batch::numeric / v_active)::integer, 1);
+        RETURN QUERY
+        WITH due AS (
+            SELECT x.tenant, x.queue, x.timer_key
+            FROM (SELECT qt.tenant FROM queen_tenants qt
+                  ORDER BY (qt.tenant COLLATE "C" > coalesce(p_cursor, '')) DESC, qt.tenant COLLATE "C") a
+            CROSS JOIN LATERAL (
+                SELECT t.tenant, t.queue, t.timer_key FROM queen_timers t
+                WHERE t.tenant = a.tenant AND t.due_at <= now()
+                ORDER BY t.due_at
+                LIMIT v_slice
+                FOR UPDATE SKIP LOCKED
+            ) x
+            LIMIT p_batch
+        ),
+        claimed AS (
+            UPDATE queen_timers t
+               SET claim_token = p_token, claimed_until = now() + p_lease_ms * interval '1 millisecond',
+                   due_at = now() + p_lease_ms * interval '1 millisecond', claimed_by = p_claimed_by
+            FROM due
+            WHERE t.tenant = due.tenant AND t.queue = due.queue AND t.timer_key = due.timer_key
+            RETURNING t.tenant, t.queue, t.timer_key, t.partition, t.payload, t.payload_zstd, t.key_id,
+                      t.deliver_at
+        ),
+        numbered AS (
+            SELECT c.*, row_number() OVER (PARTITION BY c.tenant, c.queue ORDER BY c.deliver_at, c.timer_key) AS rn
+            FROM claimed c
+        ),
+        counts AS (
+            SELECT c.tenant, c.queue, count(*)::integer AS n FROM claimed c WHERE p_faults GROUP BY 1, 2
+        ),
+        taken AS (
+            UPDATE queen_timer_faults f
+               SET remaining = greatest(old.remaining - counts.n, 0)
+            FROM counts, queen_timer_faults old
+            WHERE p_faults AND f.tenant = counts.tenant AND f.queue = counts.queue AND f.remaining > 0
+              AND old.tenant = f.tenant AND old.queue = f.queue
+            RETURNING f.tenant, f.queue, f.failure_class, f.stall_ms, least(old.remaining, counts.n) AS took
+        )
+        SELECT n.tenant, n.queue, n.timer_key, n.partition, n.payload, n.payload_zstd, n.key_id,
+               n.deliver_at,
+               CASE WHEN tk.took IS NOT NULL AND n.rn <= tk.took THEN tk.failure_class END,
+               CASE WHEN tk.took IS NOT NULL AND n.rn <= tk.took THEN tk.stall_ms END,
+               NULL::bigint, false
+        FROM numbered n
+        LEFT JOIN taken tk ON tk.tenant = n.tenant AND tk.queue = n.queue
+        ORDER BY n.tenant, n.queue, n.partition, n.deliver_at, n.timer_key;
+        GET DIAGNOSTICS v_rows = ROW_COUNT;
+    END IF;
+
+    IF v_rows < p_batch THEN
+        RETURN QUERY
+        SELECT NULL::text, NULL::text, NULL::text, NULL::text, NULL::bytea, NULL::boolean, NULL::text,
+               NULL::timestamptz, NULL::text, NULL::integer,
+               ceil(extract(epoch FROM min(x.d) - now()) * 1000)::bigint, false
+        FROM queen_tenants qt
+        CROSS JOIN LATERAL (SELECT t.due_at AS d FROM queen_timers t WHERE t.tenant = qt.tenant
+                            ORDER BY t.due_at LIMIT 1) x;
+    END IF;
+END
+$$;

@@ -1,0 +1,95 @@
+-- Timers: the schedule/cancel/peek/list surface, the sweeper, the operator switches and the test hooks.
+-- The functions live in sql/migrations/0020_timers.sql.
+
+-- name: timers_apply
+SELECT idx, status, txn, message_id, deliver_at
+FROM queen_timers_apply($1::text, $2::text, $3::boolean, $4::bigint, $5::text[], $6::text[], $7::text[],
+                        $8::text[], $9::text[], $10::uuid[], $11::bytea[], $12::boolean[], $13::text[],
+                        $14::bigint[]);
+
+-- name: timers_encrypting_queues
+SELECT name FROM queen_queues
+WHERE tenant = $1 AND name = ANY($2::text[]) AND encryption_enabled;
+
+-- name: timers_peek
+SELECT queue, timer_key, partition, deliver_at, txn, message_id, payload, payload_zstd, key_id,
+       producer_sub, attempts, last_error,
+       (claim_token IS NOT NULL AND claimed_until > now()) AS claimed, created_at, updated_at
+FROM queen_timers
+WHERE tenant = $1 AND queue = $2 AND timer_key = $3;
+
+-- name: timers_list
+-- $4 is the page size + 1, so "truncated" is known without a count.
+SELECT queue, timer_key, partition, deliver_at, txn, message_id, payload_zstd, key_id, producer_sub,
+       attempts, last_error, (claim_token IS NOT NULL AND claimed_until > now()) AS claimed,
+       created_at, updated_at
+FROM queen_timers
+WHERE tenant = $1 AND queue = $2 AND ($3::text IS NULL OR timer_key > $3::text COLLATE "C")
+ORDER BY timer_key
+LIMIT $4;
+
+-- name: timers_claim
+SELECT tenant, queue, timer_key, partition, payload, payload_zstd, key_id, deliver_at, fault, stall_ms,
+       next_due_ms, paused
+FROM queen_timers_claim($1::uuid, $2::bigint, $3::integer, $4::text, $5::text, $6::boolean);
+
+-- name: timers_fire
+SELECT kind, tenant, queue, timer_key, lag_s
+FROM queen_timers_fire($1::uuid, $2::text[], $3::text[], $4::text[], $5::bytea[], $6::smallint[],
+                       $7::text[], $8::text[], $9::text[], $10::text[], $11::integer[],
+                       $12::integer, $13::bigint, $14::bigint);
+
+-- name: timers_release_claims
+-- Drain: hand back claims this sweeper still holds; the rows are due again at once.
+UPDATE queen_timers
+   SET claim_token = NULL, claimed_until = NULL, claimed_by = NULL, due_at = deliver_at
+WHERE claim_token = ANY($1::uuid[]);
+
+-- name: timers_leader_try
+SELECT pg_try_advisory_lock($1::bigint);
+
+-- name: timers_leader_release
+SELECT pg_advisory_unlock($1::bigint);
+
+-- name: timers_pending_count
+SELECT count(*) FROM queen_timers;
+
+-- name: timers_switches_get
+SELECT sweeper_paused, scheduling_enabled, updated_at FROM queen_timer_switches WHERE tenant = '*';
+
+-- name: timers_switch_sweeper
+UPDATE queen_timer_switches SET sweeper_paused = $1, updated_at = now() WHERE tenant = '*'
+RETURNING sweeper_paused, scheduling_enabled, updated_at;
+
+-- name: timers_switch_scheduling
+UPDATE queen_timer_switches SET scheduling_enabled = $1, updated_at = now() WHERE tenant = '*'
+RETURNING sweeper_paused, scheduling_enabled, updated_at;
+
+-- name: timers_wake
+SELECT pg_notify('queen_timers', '0');
+
+-- name: timers_fault_set
+INSERT INTO queen_timer_faults (tenant, queue, failure_class, remaining, stall_ms)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (tenant, queue) DO UPDATE
+   SET failure_class = excluded.failure_class, remaining = excluded.remaining, stall_ms = excluded.stall_ms
+RETURNING tenant, queue, failure_class, remaining, stall_ms;
+
+-- name: timers_hold
+-- Test hook: claim one timer now for $4 ms without firing it (a token nobody holds in memory).
+UPDATE queen_timers
+   SET claim_token = gen_random_uuid(), claimed_until = now() + $4::bigint * interval '1 millisecond',
+       due_at = greatest(deliver_at, now() + $4::bigint * interval '1 millisecond'),
+       claimed_by = 'test-hook:hold'
+WHERE tenant = $1 AND queue = $2 AND timer_key = $3
+RETURNING claimed_until;
+
+-- name: timers_release_hook_claims
+-- Test hook: release every live claim of the tenant (optionally one queue / one key).
+UPDATE queen_timers
+   SET claim_token = NULL, claimed_until = NULL, claimed_by = NULL, due_at = deliver_at
+WHERE tenant = $1 AND claim_token IS NOT NULL
+  AND ($2::text IS NULL OR queue = $2::text) AND ($3::text IS NULL OR timer_key = $3::text);
+
+-- name: timers_faults_clear
+DELETE FROM queen_timer_faults WHERE tenant = $1 AND ($2::text IS NULL OR queue = $2::text);
