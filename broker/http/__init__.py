@@ -5,5 +5,7 @@ Each module exposes ``setup(app)`` that adds its routes (and registers its backg
 """
 
 from broker.http import admin, health, messages, metrics, queues, transactions
+from broker.http import admin_timers, test_hooks, timers
 
 ROUTE_MODULES = [health, metrics, admin, queues, messages, transactions]
+ROUTE_MODULES += [timers, admin_timers, test_hooks]
