@@ -62,3 +62,17 @@ def test_booting_until_the_database_comes_up(controlled_pg, start_broker):
         r = c.get("/api/v1/whoami")
         assert r.status_code == 200 and r.json()["tenant"] == "default"
     assert "died" not in b.tail(200)
+
+
+def test_two_brokers_start_at_once_on_one_empty_database(pg, start_broker):
+    """Many brokers, one database: both boot against an unmigrated database at the same moment, one
+    applies the migrations under the advisory lock, both serve."""
+    dsn = pg.new_db(template=False)
+    first, second = start_broker(dsn=dsn, wait=False), start_broker(dsn=dsn, wait=False)
+    first.wait_ready(30)
+    second.wait_ready(30)
+    logs = first.tail(400) + "\n" + second.tail(400)
+    assert logs.count("applied migrations") == 1, logs
+    for b in (first, second):
+        r = httpx.get(b.url + "/api/v1/whoami", timeout=10)
+        assert r.status_code == 200 and r.json()["tenant"] == "default"
