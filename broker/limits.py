@@ -1,20 +1,73 @@
-"""Plans, quotas and degradation rungs (issue 6 fills this in; the interface is fixed here).
+"""Plans, quotas and degradation rungs.
 
 Callers on produce-class work call ``await admit(broker, principal, surface, ops)`` BEFORE opening
-their transaction; it raises the rung's ``ApiError`` (429 rate_limited / quota_exceeded, 403
-storage_quota_exceeded / timers_quota_exceeded / timers_paused / cluster_suspended) or returns.
-Surfaces: ``"push"`` (ops = messages), ``"timers"`` (ops = schedule+reschedule ops in the call; a
-call with only cancels still passes through here, since POST /api/v1/timers is the schedule route's
-authorization class), ``"kv_write"`` (ops = write ops). The DELETE timer cancel route never calls it.
+their transaction; it raises the rung's ``ApiError`` or returns. Surfaces: ``"push"`` (ops = messages),
+``"timers"`` (ops = schedule+reschedule ops in the call; a call with only cancels still passes through
+here with ops=0, since POST /api/v1/timers is the schedule route's authorization class),
+``"kv_write"`` (ops = write ops). The DELETE timer cancel route never calls it.
 
-``await plan_for(broker, tenant)`` returns the tenant's effective ``Plan``: each field the minimum of
-the cell default (Settings) and the tenant's own plan, which can only narrow it.
+The rungs, in the order they are judged (the one-sentence rule: 429 retry later with Retry-After, 403
+retry for ever and it will not help, 503 not your fault — the 503 boot rung is the app's middleware):
+
+1. cluster suspended by an operator      403 ``cluster_suspended``        every surface
+2. tenant's schedule paused by operator  403 ``timers_paused``            "timers" only
+3. storage quota reached                 403 ``storage_quota_exceeded``   every surface
+4. timer-row quota reached/would exceed  403 ``timers_quota_exceeded``    "timers" only
+5. period quota spent/would be exceeded  429 ``quota_exceeded``           every surface; Retry-After =
+                                                                           seconds until the period resets
+6. rate limit (token bucket)             429 ``rate_limited``             every surface; Retry-After =
+                                                                           seconds until the tokens are there
+
+Rate is judged last so a call refused by another rung spends no tokens. A "timers" refusal carries the
+``x-queen-timers-hint`` header naming the DELETE route, which never passes through here.
+
+Where the numbers live (all in PostgreSQL, never in a process):
+
+- plans and switches: ``queen_tenant_plans``, ``queen_tenant_switches``, ``queen_cell_switches``;
+- period usage (messages, kv ops): ``queen_usage``, written by ``metering.record`` INSIDE the writers'
+  transactions; storage bytes and pending timers: ``queen_usage_gauges``, kept by statement-level
+  triggers on ``queen_messages`` and ``queen_timers`` and by the KV function. Counters are slotted
+  (16 rows per tenant, one per backend) so concurrent writers of one tenant do not queue on a hot row;
+- the rate: a token bucket row per tenant (``queen_rate_buckets``), taken with one statement per
+  admitted call, refilled by the database clock. Only tenants with a rate limit pay that round trip.
+
+Each worker keeps a cache of plan, switches, usage and gauges per tenant it serves, refreshed by one
+query per ``QUEEN_LIMITS_REFRESH_MS`` for all of them (the ``limits-refresh`` loop); ``admit`` and
+``plan_for`` never judge with state older than that: a tenant whose entry is older is re-read inline
+first. Admin changes also NOTIFY ``queen_limits`` so every worker re-reads at once.
+
+STALENESS BOUND: a change committed to the database (an operator switch, a plan, usage written by any
+worker of any broker) is honoured by every worker's next decision at most ``QUEEN_LIMITS_REFRESH_MS``
+(default 1 s) plus one query later. Quotas are therefore soft by at most what the other workers admit
+within one refresh interval (each worker adds what it admitted itself to its cached usage at once).
+The rate limit and the cluster/tenant switches changed through the admin routes are not subject to the
+bound in practice (the bucket is in the database; the switches are pushed by NOTIFY).
+
+``await plan_for(broker, tenant)`` returns the tenant's effective ``Plan``: each field the minimum of the
+cell default (Settings) and the tenant's own plan, which can only narrow it (for the fields where 0
+means unlimited — rate, period quota, storage — a limit is narrower than 0). A PUT of a plan that would
+widen the cell is refused with 400 ``plan_widens_cell``; a cell narrowed later still wins, because the
+effective value is always the minimum.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
+
+from broker.errors import TIMERS_HINT_HEADER, TIMERS_HINT_VALUE, ApiError, Forbidden, TooManyRequests
+from broker.metrics import LIMIT_REFUSALS
+from broker.store.queries import Q
+
+log = logging.getLogger("queen.limits")
+
+SURFACES = frozenset({"push", "timers", "kv_write"})
+NOTIFY_CHANNEL = "queen_limits"
+EVICT_AFTER_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -32,6 +85,11 @@ class Plan:
         return min(1024 * 1024, self.max_payload_bytes)
 
 
+PLAN_FIELDS = tuple(f.name for f in fields(Plan))
+# Fields where 0 means "unlimited" (so any positive tenant value narrows a 0 cell value).
+ZERO_UNLIMITED = frozenset({"rate_limit_per_s", "period_quota_messages", "storage_quota_bytes"})
+
+
 def cell_plan(settings: Any) -> Plan:
     return Plan(
         timers_horizon_ms=settings.timers_horizon_ms,
@@ -43,9 +101,253 @@ def cell_plan(settings: Any) -> Plan:
     )
 
 
+def narrows(name: str, cell: int, mine: int) -> bool:
+    """Is the tenant value ``mine`` at least as strict as the cell's ``cell``?"""
+    if name in ZERO_UNLIMITED:
+        if mine == 0:
+            return cell == 0
+        return cell == 0 or mine <= cell
+    return mine <= cell
+
+
+def effective(cell: Plan, stored: Mapping[str, int | None] | None) -> Plan:
+    """The tenant's effective plan: per field, the stricter of the cell's and the tenant's value."""
+    if not stored:
+        return cell
+    values: dict[str, int] = {}
+    for name in PLAN_FIELDS:
+        c = getattr(cell, name)
+        mine = stored.get(name)
+        values[name] = c if mine is None or not narrows(name, c, int(mine)) else int(mine)
+    return Plan(**values)
+
+
+@dataclass
+class TenantState:
+    plan: Plan
+    timers_paused: bool = False
+    messages: int = 0
+    storage_bytes: int = 0
+    timers_pending: int = 0
+    fetched: float = float("-inf")  # monotonic time of the read this state comes from
+    local_messages: int = 0  # admitted by this worker since that read
+    local_timers: int = 0
+    last_used: float = field(default_factory=time.monotonic)
+
+
+class LimitsCache:
+    """The per-worker view of plans, switches and usage (see the module docstring for the bound)."""
+
+    def __init__(self, settings: Any) -> None:
+        self.settings = settings
+        self.cell = cell_plan(settings)
+        self.refresh_s = settings.limits_refresh_ms / 1000.0
+        self.suspended = False
+        self.period_left_s = float(settings.period_seconds)
+        self.cell_fetched = float("-inf")
+        self.tenants: dict[str, TenantState] = {}
+        self._lock = asyncio.Lock()
+
+    def stale(self, st: TenantState | None, now: float) -> bool:
+        return st is None or now - st.fetched > self.refresh_s or now - self.cell_fetched > self.refresh_s
+
+    async def get(self, pool: Any, tenant: str) -> TenantState:
+        now = time.monotonic()
+        st = self.tenants.get(tenant)
+        if self.stale(st, now):
+            async with self._lock:
+                st = self.tenants.get(tenant)
+                if self.stale(st, time.monotonic()):
+                    await self.refresh(pool, [tenant])
+                    st = self.tenants[tenant]
+        assert st is not None
+        st.last_used = now
+        return st
+
+    async def refresh(self, pool: Any, tenants: list[str]) -> None:
+        started = time.monotonic()
+        rows = await pool.fetch(Q.limits_state, tenants, self.settings.period_seconds)
+        for r in rows:
+            self.suspended = bool(r["suspended"])
+            self.period_left_s = float(r["period_left_s"])
+            self.cell_fetched = started
+            tenant = r["tenant"]
+            if tenant is None:
+                continue
+            stored = {name: r[name] for name in PLAN_FIELDS}
+            prev = self.tenants.get(tenant)
+            self.tenants[tenant] = TenantState(
+                plan=effective(self.cell, stored),
+                timers_paused=bool(r["timers_paused"]),
+                messages=int(r["messages"]),
+                storage_bytes=int(r["storage_bytes"]),
+                timers_pending=int(r["timers_pending"]),
+                fetched=started,
+                last_used=prev.last_used if prev else started,
+            )
+
+    async def refresh_all(self, pool: Any) -> None:
+        now = time.monotonic()
+        for t in [t for t, st in self.tenants.items() if now - st.last_used > EVICT_AFTER_S]:
+            del self.tenants[t]
+        await self.refresh(pool, list(self.tenants))
+
+    def invalidate(self, tenant: str) -> None:
+        """Forget what we know (NOTIFY from an admin change): the next decision re-reads first."""
+        self.cell_fetched = float("-inf")
+        if tenant == "*":
+            for st in self.tenants.values():
+                st.fetched = float("-inf")
+        elif tenant in self.tenants:
+            self.tenants[tenant].fetched = float("-inf")
+
+    def seconds_to_period_end(self) -> float:
+        return max(1.0, self.period_left_s - (time.monotonic() - self.cell_fetched))
+
+
+def cache_of(broker: Any) -> LimitsCache:
+    cache = broker.services.get("limits")
+    if cache is None:
+        cache = LimitsCache(broker.settings)
+        broker.services["limits"] = cache
+    return cache  # type: ignore[no-any-return]
+
+
+async def install(broker: Any) -> None:
+    """Ready hook: subscribe to admin changes and start the refresh loop."""
+    cache = cache_of(broker)
+    from broker import metering
+
+    metering.configure(broker.settings)
+    if broker.notifier is not None:
+        broker.notifier.subscribe(NOTIFY_CHANNEL, cache.invalidate)
+        broker.notifier.on_reconnect(lambda: cache.invalidate("*"))
+
+    async def loop() -> None:
+        while True:
+            await asyncio.sleep(cache.refresh_s)
+            await cache.refresh_all(broker.require_pool())
+
+    broker.loops.start("limits-refresh", loop)
+
+
 async def plan_for(broker: Any, tenant: str) -> Plan:
-    return cell_plan(broker.settings)
+    if broker.pool is None:
+        return cell_plan(broker.settings)
+    st = await cache_of(broker).get(broker.require_pool(), tenant)
+    return st.plan
+
+
+def _refuse(err: ApiError, surface: str) -> ApiError:
+    LIMIT_REFUSALS.labels(err.code).inc()
+    if surface == "timers":
+        err.headers[TIMERS_HINT_HEADER] = TIMERS_HINT_VALUE
+    return err
 
 
 async def admit(broker: Any, principal: Any, surface: str, ops: int) -> None:
-    return None
+    if surface not in SURFACES:
+        raise ValueError(f"unknown limits surface {surface!r}; known: {sorted(SURFACES)}")
+    ops = max(0, int(ops))
+    tenant = principal.tenant
+    pool = broker.require_pool()
+    cache = cache_of(broker)
+    st = await cache.get(pool, tenant)
+    plan = st.plan
+
+    if cache.suspended:
+        raise _refuse(
+            Forbidden("cluster_suspended", "the cell is suspended by an operator: produce-class work is refused",
+                      code="cluster_suspended"),
+            surface,
+        )
+    if surface == "timers" and st.timers_paused:
+        raise _refuse(
+            Forbidden("timers_paused", f"scheduling is paused by an operator for tenant {tenant!r}; "
+                      "cancel with DELETE /api/v1/timers/:queue/*timerKey", code="timers_paused"),
+            surface,
+        )
+    if plan.storage_quota_bytes and st.storage_bytes >= plan.storage_quota_bytes:
+        raise _refuse(
+            Forbidden("storage_quota_exceeded",
+                      f"tenant {tenant!r} stores {st.storage_bytes} bytes; the plan allows {plan.storage_quota_bytes}",
+                      code="storage_quota_exceeded"),
+            surface,
+        )
+    if surface == "timers":
+        pending = st.timers_pending + st.local_timers
+        if pending >= plan.timers_row_quota or pending + ops > plan.timers_row_quota:
+            raise _refuse(
+                Forbidden("timers_quota_exceeded",
+                          f"tenant {tenant!r} has {pending} pending timers; {ops} more would pass the quota of "
+                          f"{plan.timers_row_quota}", code="timers_quota_exceeded"),
+                surface,
+            )
+    quota = plan.period_quota_messages
+    if quota:
+        used = st.messages + st.local_messages
+        counted = ops if surface != "kv_write" else 0
+        if used >= quota or used + counted > quota:
+            raise _refuse(
+                TooManyRequests("quota_exceeded",
+                                f"tenant {tenant!r} used {used} of {quota} messages this period"
+                                + (f"; {counted} more would pass it" if used < quota else ""),
+                                code="quota_exceeded", retry_after_s=cache.seconds_to_period_end()),
+                surface,
+            )
+    if plan.rate_limit_per_s:
+        wait_ms = await pool.fetchval(Q.limits_rate_take, tenant, float(max(ops, 1)), float(plan.rate_limit_per_s))
+        if wait_ms:
+            raise _refuse(
+                TooManyRequests("kv_rate_limited" if surface == "kv_write" else "rate_limited",
+                                f"tenant {tenant!r} is over its rate of {plan.rate_limit_per_s} ops/s",
+                                code="rate_limited", retry_after_s=wait_ms / 1000.0),
+                surface,
+            )
+    if surface != "kv_write":
+        st.local_messages += ops
+    if surface == "timers":
+        st.local_timers += ops
+
+
+# --- operator state (the admin routes call these; every change is NOTIFYed to every worker)
+
+
+async def _changed(broker: Any, tenant: str) -> None:
+    await broker.require_pool().execute(Q.limits_notify, tenant)
+    cache_of(broker).invalidate(tenant)
+
+
+async def stored_plan(broker: Any, tenant: str) -> dict[str, int | None] | None:
+    row = await broker.require_pool().fetchrow(Q.limits_plan_get, tenant)
+    return None if row is None else {n: row[n] for n in PLAN_FIELDS}
+
+
+async def store_plan(broker: Any, tenant: str, values: Mapping[str, int | None]) -> None:
+    """Replace the tenant's stored plan (callers have checked that every value narrows the cell)."""
+    await broker.require_pool().execute(Q.limits_plan_put, tenant, *(values.get(n) for n in PLAN_FIELDS))
+    await _changed(broker, tenant)
+
+
+async def delete_plan(broker: Any, tenant: str) -> bool:
+    row = await broker.require_pool().fetchrow(Q.limits_plan_delete, tenant)
+    await _changed(broker, tenant)
+    return row is not None
+
+
+async def timers_paused(broker: Any, tenant: str, value: bool | None = None) -> bool:
+    pool = broker.require_pool()
+    if value is None:
+        return bool(await pool.fetchval(Q.limits_paused_get, tenant))
+    now = await pool.fetchval(Q.limits_paused_set, tenant, value)
+    await _changed(broker, tenant)
+    return bool(now)
+
+
+async def cluster_suspended(broker: Any, value: bool | None = None) -> bool:
+    pool = broker.require_pool()
+    if value is None:
+        return bool(await pool.fetchval(Q.limits_suspended_get))
+    now = await pool.fetchval(Q.limits_suspended_set, value)
+    await _changed(broker, "*")
+    return bool(now)

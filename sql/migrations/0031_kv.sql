@@ -52,7 +52,8 @@ $$;
 -- keeps its name in "name"): {"op","name","ns","key"|"keys"|"prefix","after","limit","keysOnly",
 -- "value","ttl" (seconds, null = forever),"expect","required","delta","min","max"}.
 -- p_base: index of the first op in the caller's result space (0 standalone, the flat offset in a
--- transaction). p_budget: read byte budget (key + stored value bytes) for getMany/getPrefix rows.
+-- transaction). p_budget: read byte budget (key + value JSON text bytes) for getMany/getPrefix rows;
+-- a get always answers (one value is at most 64 KiB) but spends from the same budget.
 --
 -- Returns {"results":[...]} index-aligned, or {"abort":{"failedIndex","kvReason","version","value"}}
 -- when an op with required:true did not apply: then every write of this call is rolled back (the
@@ -106,7 +107,7 @@ BEGIN
                   AND (q.expires_at IS NULL OR q.expires_at > now());
                 IF FOUND THEN
                     v_res := jsonb_build_object('found', true) || queen_kv_row(v_row, true);
-                    v_budget := v_budget - octet_length(v_row.key) - pg_column_size(v_row.value);
+                    v_budget := v_budget - octet_length(v_row.key) - octet_length(v_row.value::text);
                 ELSE
                     v_res := jsonb_build_object('found', false, 'key', v_key);
                 END IF;
@@ -121,12 +122,11 @@ BEGIN
                      AND (q.expires_at IS NULL OR q.expires_at > now())
                     ORDER BY k.ord
                 LOOP
-                    IF v_trunc THEN
-                        CONTINUE;
-                    END IF;
                     IF r.hit THEN
-                        v_cost := octet_length((r.kvrow).key) + pg_column_size((r.kvrow).value);
-                        IF v_cost > v_budget THEN
+                        -- once the budget cuts, later hits are left out too (in neither list); misses
+                        -- cost nothing and are still reported
+                        v_cost := octet_length((r.kvrow).key) + octet_length((r.kvrow).value::text);
+                        IF v_trunc OR v_cost > v_budget THEN
                             v_trunc := true;
                             CONTINUE;
                         END IF;
@@ -157,7 +157,7 @@ BEGIN
                         v_trunc := true;
                         EXIT;
                     END IF;
-                    v_cost := octet_length((r.kvrow).key) + CASE WHEN v_keys THEN 0 ELSE pg_column_size((r.kvrow).value) END;
+                    v_cost := octet_length((r.kvrow).key) + CASE WHEN v_keys THEN 0 ELSE octet_length((r.kvrow).value::text) END;
                     IF v_cost > v_budget THEN
                         v_trunc := true;
                         EXIT;

@@ -1,0 +1,50 @@
+"""The ``kv`` rider of ``POST /api/v1/transaction`` (see broker/riders.py for the contract).
+
+At most 64 ops and 256 keys, no getPrefix (400 ``kv_get_prefix_not_allowed_in_transaction``). The ops
+run on the bundle's connection inside its transaction, in one round trip; results carry
+``"type": "kv"`` and the flat ``index``. A lost ``required`` precondition raises ``RiderAbort`` with
+``{"success": false, "reason": "kv_precondition", "failedIndex": <flat index>, "kvReason", "version",
+"value"}``: the transaction route rolls the whole bundle back and answers that body with HTTP 200.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+
+from broker import limits, riders
+from broker.kv import store
+from broker.kv.ops import MAX_OPS_TX, KvCall, parse_ops
+
+
+def require_grants(principal: Any, call: KvCall) -> None:
+    """Writes need ``produce``; a call of reads only needs ``consume`` or ``produce``."""
+    if call.writes:
+        principal.require("produce")
+    elif call.reads and not principal.has("produce"):
+        principal.require("consume")
+
+
+class KvRider:
+    name = "kv"
+
+    def parse(self, ops: Any, principal: Any, broker: Any) -> KvCall:
+        return parse_ops(ops, max_ops=MAX_OPS_TX, in_tx=True)
+
+    async def admit(self, parsed: KvCall, principal: Any, broker: Any) -> None:
+        require_grants(principal, parsed)
+        if parsed.writes:
+            await limits.admit(broker, principal, "kv_write", parsed.writes)
+
+    async def apply(
+        self, conn: asyncpg.Connection, parsed: KvCall, principal: Any, broker: Any, base_index: int
+    ) -> list[dict[str, Any]]:
+        done = await store.apply(conn, principal.tenant, parsed, base_index=base_index)
+        if done.abort is not None:
+            raise riders.RiderAbort({"success": False, **{k: v for k, v in store.precondition_body(done.abort).items() if k != "ok"}})
+        return [{"type": "kv", **r} for r in done.results]
+
+
+RIDER = KvRider()
+riders.register(RIDER)
