@@ -106,3 +106,19 @@ def test_queen_serve_exits_2_with_the_message(env, tmp_path):
     assert out.stderr.startswith("queen: configuration error: ") and name in out.stderr
     assert "Traceback" not in out.stderr
     assert not (tmp_path / "data").exists(), "serve started something before refusing its configuration"
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_readme_documents_every_setting_and_the_ci_command():
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    read = set(re.findall(r'"(QUEEN_[A-Z0-9_]+)"', (ROOT / "broker" / "config.py").read_text()))
+    assert len(read) > 30
+    undocumented = sorted(v for v in read if f"| `{v}` |" not in readme)
+    assert undocumented == [], "settings missing from the README's configuration tables"
+    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
+    blocks = re.findall(r"```sh\n(.*?)\n```", readme.split("## Configuration")[0], re.S)
+    assert blocks == ["python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/queen serve", ci]
