@@ -305,5 +305,5 @@ class Hooks:
     def hold(self, queue: str, key: str, ms: int) -> Any:
         return self._post("/api/v1/test/timers/hold", {"queue": queue, "timerKey": key, "ms": ms})
 
-    def release(self) -> Any:
-        return self._post("/api/v1/test/timers/release", {})
+    def release(self, queue: str | None = None) -> Any:
+        return self._post("/api/v1/test/timers/release", {"queue": queue} if queue else {})

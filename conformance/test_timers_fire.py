@@ -153,7 +153,7 @@ def test_cancel_of_claimed_timer_is_too_late(api, hooks):
         assert other["ok"] is True, "the remedy is a new key"
         expect(api.cancel(q, other["timerKey"]), 200)
     finally:
-        hooks.release()
+        hooks.release(q)
     api.wait_delivered(q, txn)
 
 
@@ -169,7 +169,7 @@ def test_reschedule_of_claimed_timer_is_too_late(api, hooks):
         r = resp.json()["results"][0]
         assert r["status"] == "too_late" and r["ok"] is False, r
     finally:
-        hooks.release()
+        hooks.release(q)
     api.wait_delivered(q, txn)
     msgs = api.drain(q, settle_ms=200)
     assert [m["data"] for m in msgs] == [{"v": "old"}], f"the old payload is what goes out: {msgs}"
@@ -200,7 +200,7 @@ def test_timer_in_backoff_is_cancellable(api, hooks):
         c = expect(api.cancel(q, k), 200)
         assert c["status"] == "cancelled" and c["ok"] is True, c
     finally:
-        hooks.release()
+        hooks.release(q)
     assert api.peek_ok(q, k)["found"] is False
 
 
@@ -216,7 +216,7 @@ def test_transient_failures_cost_nothing(api, hooks):
         api.schedule(q, k, delay_ms=0, txn=txn)
         api.wait_delivered(q, txn)
     finally:
-        hooks.release()
+        hooks.release(q)
     # while it waited, no attempt was spent: check through a second timer held in backoff
     k2 = uniq("k")
     hooks.fail(q, 1000, "transient")
@@ -227,7 +227,7 @@ def test_transient_failures_cost_nothing(api, hooks):
         assert peek["attempts"] == 0, f"a transient failure must not spend the attempt budget: {peek}"
         expect(api.cancel(q, k2), 200)
     finally:
-        hooks.release()
+        hooks.release(q)
 
 
 @contract("TMR-PERMANENT-SPENDS", "TMR-RESCHEDULE-RESETS")
@@ -245,7 +245,7 @@ def test_permanent_failure_spends_and_reschedule_resets(api, hooks):
         assert after["attempts"] == 0 and after["lastError"] in (None, ""), f"reschedule must reset: {after}"
         expect(api.cancel(q, k), 200)
     finally:
-        hooks.release()
+        hooks.release(q)
 
 
 @contract("TMR-DLQ-AFTER-MAX", "TMR-DLQ-REPLAY-REFUSED")
@@ -258,7 +258,7 @@ def test_exhausted_timer_goes_to_dlq(api, hooks):
         rows = poll(lambda: [m for m in api.dlq(q) if m.get("transactionId") == txn],
                     timeout=api.target.fire_timeout * 2, what="the timer in its queue's DLQ")
     finally:
-        hooks.release()
+        hooks.release(q)
     row = rows[0]
     group = row.get("consumerGroup")
     assert group and group != "__QUEUE_MODE__", f"a timer DLQ row names a synthetic consumer group: {row}"

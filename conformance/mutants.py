@@ -1,0 +1,476 @@
+"""Mutants: a small aiohttp reverse proxy in front of a real broker that breaks ONE contract at a time.
+
+The suite must be able to fail. Each mutant is a plausible bug (an ``ok: true`` on absent, a dropped
+header, a silently accepted server-owned field...) applied on the wire between the suite and a correct
+broker; the gate test (tests/test_conformance_gate.py) runs the tests tagged with the contracts a mutant
+breaks through the proxy and asserts that those contracts are reported FAILED.
+
+    python -m conformance.mutants --target http://127.0.0.1:6632 --mutant absent-ok-true --port 7000
+    python -m conformance.mutants --list
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from yarl import URL
+
+HOP = {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "content-encoding"}
+TIMERS = "/api/v1/timers"
+OWNED = ("producerSub", "producer_sub", "messageId", "message_id", "tenant", "tenantId", "tenant_id")
+
+
+@dataclass
+class Req:
+    method: str
+    path: str  # raw path, without the query string
+    query: dict[str, str]
+    raw_query: str
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        try:
+            return json.loads(self.body) if self.body else None
+        except ValueError:
+            return None
+
+    def set_json(self, obj: Any) -> None:
+        self.body = json.dumps(obj).encode()
+        self.headers["Content-Type"] = "application/json"
+
+
+@dataclass
+class Resp:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        try:
+            return json.loads(self.body) if self.body else None
+        except ValueError:
+            return None
+
+    def set_json(self, obj: Any) -> None:
+        self.body = json.dumps(obj).encode()
+        self.headers["Content-Type"] = "application/json"
+
+
+def error(status: int, code: str, reason: str, detail: str) -> Resp:
+    return Resp(status, {"Content-Type": "application/json"},
+                json.dumps({"error": code, "reason": reason, "detail": detail}).encode())
+
+
+RequestHook = Callable[[Req, dict[str, Any]], "Req | Resp"]
+ResponseHook = Callable[[Req, Resp, dict[str, Any]], Resp]
+
+
+@dataclass
+class Mutant:
+    name: str
+    breaks: tuple[str, ...]
+    bug: str
+    on_request: RequestHook | None = None
+    on_response: ResponseHook | None = None
+    state: dict[str, Any] = field(default_factory=dict)
+
+
+def _is_timer_item(path: str) -> bool:
+    """/api/v1/timers/{queue}/{key...}: peek or DELETE cancel."""
+    return path.startswith(TIMERS + "/") and path[len(TIMERS) + 1:].count("/") >= 1
+
+
+def _is_timer_list(path: str) -> bool:
+    rest = path[len(TIMERS) + 1:] if path.startswith(TIMERS + "/") else None
+    return rest is not None and rest != "" and "/" not in rest
+
+
+def _timer_results(resp: Resp) -> list[dict[str, Any]]:
+    """The result elements of a timers answer: the DELETE object or the POST results."""
+    data = resp.json()
+    if isinstance(data, dict) and isinstance(data.get("results"), list):
+        return [r for r in data["results"] if isinstance(r, dict)]
+    if isinstance(data, dict) and "status" in data:
+        return [data]
+    return []
+
+
+def _rewrite_results(resp: Resp, fn: Callable[[dict[str, Any]], None]) -> Resp:
+    data = resp.json()
+    if isinstance(data, dict) and isinstance(data.get("results"), list):
+        for r in data["results"]:
+            if isinstance(r, dict):
+                fn(r)
+        resp.set_json(data)
+    elif isinstance(data, dict) and "status" in data:
+        fn(data)
+        resp.set_json(data)
+    return resp
+
+
+# ------------------------------------------------------------------------------------------ the bugs
+
+
+def absent_ok_true(req: Req, resp: Resp, st: dict[str, Any]) -> Resp:
+    if req.path.startswith(TIMERS):
+        _rewrite_results(resp, lambda r: r.update(ok=True) if r.get("status") == "absent" else None)
+    return resp
+
+
+def hint_dropped(req: Req, resp: Resp, st: dict[str, Any]) -> Resp:
+    resp.headers = {k: v for k, v in resp.headers.items() if k.lower() != "x-queen-timers-hint"}
+    return resp
+
+
+def owned_fields_stripped(req: Req, st: dict[str, Any]) -> Req:
+    data = req.json()
+    if req.method == "POST" and req.path == TIMERS and isinstance(data, dict) and isinstance(data.get("operations"), list):
+        for op in data["operations"]:
+            if isinstance(op, dict):
+                for k in list(op):
+                    if k in OWNED or k.startswith("_"):
+                        del op[k]
+        req.set_json(data)
+    return req
+
+
+def list_limit_rejected(req: Req, st: dict[str, Any]) -> Req | Resp:
+    if req.method == "GET" and _is_timer_list(req.path) and "limit" in req.query:
+        try:
+            n = int(req.query["limit"])
+        except ValueError:
+            n = -1
+        if not 1 <= n <= 1000:
+            return error(400, "timers_bad_request", "timers_bad_limit", "limit must be between 1 and 1000")
+    return req
+
+
+def too_late_409(req: Req, resp: Resp, st: dict[str, Any]) -> Resp:
+    if req.path.startswith(TIMERS) and any(r.get("status") == "too_late" for r in _timer_results(resp)):
+        return error(409, "timers_conflict", "too_late", "the timer is claimed by a firing broker")
+    return resp
+
+
+def retry_after_dropped(req: Req, resp: Resp, st: dict[str, Any]) -> Resp:
+    if resp.status == 429:
+        resp.headers = {k: v for k, v in resp.headers.items() if k.lower() != "retry-after"}
+    return resp
+
+
+def reason_removed(req: Req, resp: Resp, st: dict[str, Any]) -> Resp:
+    data = resp.json()
+    if resp.status >= 400 and isinstance(data, dict) and "reason" in data:
+        del data["reason"]
+        resp.set_json(data)
+    return resp
+
+
+def peek_miss_404(req: Req, resp: Resp, st: dict[str, Any]) -> Resp:
+    data = resp.json()
+    if req.method == "GET" and _is_timer_item(req.path) and isinstance(data, dict) and data.get("found") is False:
+        return error(404, "timer_not_found", "timer_not_found", "no such timer")
+    return resp
+
+
+def kv_remember(req: Req, st: dict[str, Any]) -> Req:
+    data = req.json()
+    st["last_ops"] = data.get("operations") if req.path == "/api/v1/kv" and isinstance(data, dict) else None
+    return req
+
+
+def kv_expired_returned(req: Req, resp: Resp, st: dict[str, Any]) -> Resp:
+    ops = st.get("last_ops")
+    data = resp.json()
+    if req.path != "/api/v1/kv" or not isinstance(ops, list) or not isinstance(data, dict):
+        return resp
+    seen: dict[tuple[str, str], Any] = st.setdefault("values", {})
+    results = data.get("results") or []
+    changed = False
+    for op, r in zip(ops, results, strict=False):
+        if not isinstance(op, dict) or not isinstance(r, dict):
+            continue
+        key = (str(op.get("ns")), str(op.get("key")))
+        if op.get("op") in ("put", "putIfAbsent") and r.get("applied"):
+            seen[key] = op.get("value")
+        elif op.get("op") == "delete" and r.get("applied"):
+            seen.pop(key, None)
+        elif op.get("op") == "get" and r.get("found") is False and key in seen:
+            r.update(found=True, value=seen[key], version=1, expiresAt=None)
+            changed = True
+    if changed:
+        resp.set_json(data)
+    return resp
+
+
+def taxonomy_extended(req: Req, resp: Resp, st: dict[str, Any]) -> Resp:
+    if req.path.startswith(TIMERS):
+        _rewrite_results(resp, lambda r: r.update(status="updated") if r.get("status") == "rescheduled" else None)
+    return resp
+
+
+def message_id_changed(req: Req, resp: Resp, st: dict[str, Any]) -> Resp:
+    if req.method == "POST" and req.path == TIMERS:
+        _rewrite_results(resp, lambda r: r.update(messageId=str(uuid.uuid4())) if r.get("messageId") else None)
+    return resp
+
+
+def deliver_at_absolute(req: Req, st: dict[str, Any]) -> Req:
+    data = req.json()
+    if req.method == "POST" and req.path == TIMERS and isinstance(data, dict) and isinstance(data.get("operations"), list):
+        now = dt.datetime.now(dt.UTC)
+        for op in data["operations"]:
+            if not isinstance(op, dict):
+                continue
+            at = op.pop("deliverAt", None) or op.pop("deliver_at", None)
+            secs = op.pop("delaySeconds", None)
+            if isinstance(at, str):
+                try:
+                    when = dt.datetime.fromisoformat(at.replace("Z", "+00:00"))
+                    # the bug: the instant becomes a delay on the proxy's clock (kept under a minute so
+                    # that no horizon refuses it)
+                    op.setdefault("delayMs", max(0, int((when - now).total_seconds() * 1000)) % 60_000)
+                except ValueError:
+                    pass
+            if isinstance(secs, int | float):
+                op.setdefault("delayMs", int(secs * 1000))
+        req.set_json(data)
+    return req
+
+
+def deadline_ignored(req: Req, st: dict[str, Any]) -> Req:
+    data = req.json()
+    if req.method == "POST" and req.path == "/api/v1/push" and isinstance(data, dict) and isinstance(data.get("items"), list):
+        for item in data["items"]:
+            if isinstance(item, dict):
+                item.pop("deadlineMs", None)
+        req.set_json(data)
+    return req
+
+
+def cancel_via_batch(req: Req, st: dict[str, Any]) -> Req:
+    """The DELETE route implemented on top of the batch route: it inherits the schedule authorization."""
+    if req.method == "DELETE" and _is_timer_item(req.path):
+        from urllib.parse import unquote
+
+        rest = req.path[len(TIMERS) + 1:]
+        queue, _, key = rest.partition("/")
+        op: dict[str, Any] = {"op": "cancel", "queue": unquote(queue), "timerKey": unquote(key)}
+        if "txn" in req.query:
+            op["txn"] = req.query["txn"]
+        st["unwrap"] = True
+        req.method, req.path, req.raw_query, req.query = "POST", TIMERS, "", {}
+        req.set_json({"operations": [op]})
+    else:
+        st["unwrap"] = False
+    return req
+
+
+def cancel_unwrap(req: Req, resp: Resp, st: dict[str, Any]) -> Resp:
+    data = resp.json()
+    if st.get("unwrap") and resp.status == 200 and isinstance(data, dict) and data.get("results"):
+        resp.set_json(data["results"][0])
+    return resp
+
+
+def truncated_lies(req: Req, resp: Resp, st: dict[str, Any]) -> Resp:
+    data = resp.json()
+    if req.method == "GET" and _is_timer_list(req.path) and isinstance(data, dict) and "truncated" in data:
+        data["truncated"] = False
+        data["nextAfter"] = None
+        resp.set_json(data)
+    return resp
+
+
+def horizon_400(req: Req, resp: Resp, st: dict[str, Any]) -> Resp:
+    data = resp.json()
+    if resp.status == 403 and isinstance(data, dict) and data.get("error") == "timer_horizon_exceeded":
+        return error(400, "timers_bad_request", "timers_delay_too_long", "delayMs is too long")
+    return resp
+
+
+def kv_400_is_500(req: Req, resp: Resp, st: dict[str, Any]) -> Resp:
+    if req.path == "/api/v1/kv" and resp.status == 400:
+        return error(500, "internal", "internal_error", "unhandled")
+    return resp
+
+
+def route_code_renamed(req: Req, resp: Resp, st: dict[str, Any]) -> Resp:
+    data = resp.json()
+    if resp.status == 404 and isinstance(data, dict) and data.get("error") == "no_such_route":
+        data["error"] = "not_found"
+        resp.set_json(data)
+    return resp
+
+
+def kv_delete_absent_404(req: Req, resp: Resp, st: dict[str, Any]) -> Resp:
+    data = resp.json()
+    if req.path == "/api/v1/kv" and isinstance(data, dict):
+        for r in data.get("results") or []:
+            if isinstance(r, dict) and r.get("op") == "delete" and r.get("reason") == "absent":
+                return error(404, "kv_not_found", "kv_key_absent", "no such key")
+    return resp
+
+
+MUTANTS: dict[str, Mutant] = {m.name: m for m in (
+    Mutant("absent-ok-true", ("TMR-ABSENT-OK-FALSE",), "absent answered with ok: true", on_response=absent_ok_true),
+    Mutant("hint-dropped", ("TMR-BLOCKED-HINT",), "the x-queen-timers-hint header is dropped", on_response=hint_dropped),
+    Mutant("owned-field-accepted", ("TMR-OWNED-PRODUCERSUB", "TMR-OWNED-MESSAGEID", "TMR-OWNED-TENANT",
+                                    "TMR-OWNED-UNDERSCORE"),
+           "server-owned fields silently dropped (stripped before forwarding) instead of refused",
+           on_request=owned_fields_stripped),
+    Mutant("list-limit-rejected", ("TMR-LIST-LIMIT-CLAMPED",), "the list limit rejected instead of clamped",
+           on_request=list_limit_rejected),
+    Mutant("too-late-409", ("TMR-TOO-LATE-CANCEL", "TMR-TOO-LATE-RESCHEDULE"), "too_late answered as HTTP 409",
+           on_response=too_late_409),
+    Mutant("retry-after-dropped", ("LIM-RATE-LIMITED", "LIM-QUOTA-EXCEEDED"), "Retry-After dropped from 429",
+           on_response=retry_after_dropped),
+    Mutant("reason-removed", ("ENV-SHAPE", "ENV-MALFORMED-JSON", "ENV-NO-SUCH-ROUTE"),
+           "the envelope's reason removed", on_response=reason_removed),
+    Mutant("peek-miss-404", ("TMR-PEEK-MISS",), "a peek miss answered 404", on_response=peek_miss_404),
+    Mutant("kv-expired-returned", ("KV-EXPIRED-NEVER-RETURNED",), "an expired KV key returned by get",
+           on_request=kv_remember, on_response=kv_expired_returned),
+    Mutant("taxonomy-extended", ("TMR-STATUS-CLOSED", "TMR-UPSERT-STATUS-BY-ROW"),
+           "the status taxonomy extended (rescheduled reported as updated)", on_response=taxonomy_extended),
+    Mutant("message-id-changed", ("TMR-MESSAGEID-AT-SCHEDULE",),
+           "the messageId returned at schedule is not the one the frame carries at fire",
+           on_response=message_id_changed),
+    Mutant("deliver-at-absolute", ("TMR-RELATIVE-ONLY",), "an absolute deliverAt accepted (turned into a delay)",
+           on_request=deliver_at_absolute),
+    Mutant("deadline-ignored", ("DL-NOT-DELIVERED", "DL-TO-DLQ", "DL-BAD-DEADLINE"), "push deadlineMs ignored",
+           on_request=deadline_ignored),
+    Mutant("cancel-via-batch", ("LIM-CANCEL-EVERY-RUNG", "TMR-CANCEL-NO-GRANT", "TMR-CANCEL-PASSES-PAUSED"),
+           "the DELETE cancel implemented through the batch route (schedule authorization)",
+           on_request=cancel_via_batch, on_response=cancel_unwrap),
+    Mutant("truncated-lies", ("TMR-LIST-TRUNCATED",), "list truncated always false", on_response=truncated_lies),
+    Mutant("horizon-400", ("TMR-HORIZON-403",), "a horizon overrun answered 400", on_response=horizon_400),
+    Mutant("kv-500", ("ENV-NO-500",), "bad KV input answered 500", on_response=kv_400_is_500),
+    Mutant("route-code-renamed", ("ENV-NO-SUCH-ROUTE",), "unknown routes answer not_found instead of no_such_route",
+           on_response=route_code_renamed),
+    Mutant("kv-delete-absent-404", ("KV-DELETE-ABSENT-200",), "a delete of a missing key answered 404",
+           on_response=kv_delete_absent_404),
+)}
+
+
+# ------------------------------------------------------------------------------------------ the proxy
+
+SESSION: web.AppKey[aiohttp.ClientSession] = web.AppKey("session", aiohttp.ClientSession)
+
+
+def build_app(target: str, mutant: Mutant) -> web.Application:
+    target = target.rstrip("/")
+    lock = asyncio.Lock()  # one call at a time: per-call state (kv_remember, cancel_via_batch) stays paired
+
+    async def on_startup(app: web.Application) -> None:
+        app[SESSION] = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120), auto_decompress=True)
+
+    async def on_cleanup(app: web.Application) -> None:
+        await app[SESSION].close()
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        raw = request.raw_path
+        path, _, raw_query = raw.partition("?")
+        req = Req(request.method, path, dict(request.query), raw_query,
+                  {k: v for k, v in request.headers.items() if k.lower() not in HOP}, await request.read())
+        async with lock:
+            if mutant.on_request is not None:
+                got = mutant.on_request(req, mutant.state)
+                if isinstance(got, Resp):
+                    return _render(got)
+                req = got
+            url = URL(target + req.path + (f"?{req.raw_query}" if req.raw_query else ""), encoded=True)
+            async with request.app[SESSION].request(req.method, url, headers=req.headers, data=req.body or None) as up:
+                resp = Resp(up.status, {k: v for k, v in up.headers.items() if k.lower() not in HOP}, await up.read())
+            if mutant.on_response is not None:
+                resp = mutant.on_response(req, resp, mutant.state)
+        return _render(resp)
+
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app.on_startup.append(on_startup)
+    app.on_cleanup.append(on_cleanup)
+    app.router.add_route("*", "/{tail:.*}", handle)
+    return app
+
+
+def _render(resp: Resp) -> web.Response:
+    headers = {k: v for k, v in resp.headers.items() if k.lower() not in HOP}
+    return web.Response(status=resp.status, body=resp.body if resp.status not in (204, 304) else None, headers=headers)
+
+
+class MutantProxy:
+    """Run the proxy in a background thread: ``with MutantProxy(url, "absent-ok-true") as proxy_url: ...``."""
+
+    def __init__(self, target: str, mutant: str | Mutant, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.mutant = MUTANTS[mutant] if isinstance(mutant, str) else mutant
+        self.mutant.state.clear()
+        self.target, self.host, self.port = target, host, port
+        self.url = ""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+
+    def start(self) -> str:
+        ready = threading.Event()
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            self._runner = web.AppRunner(build_app(self.target, self.mutant), access_log=None)
+            loop.run_until_complete(self._runner.setup())
+            site = web.TCPSite(self._runner, self.host, self.port)
+            loop.run_until_complete(site.start())
+            sock = site._server.sockets[0]  # type: ignore[union-attr]
+            self.url = f"http://{self.host}:{sock.getsockname()[1]}"
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(self._runner.cleanup())
+            loop.close()
+
+        self._thread = threading.Thread(target=run, name=f"mutant-{self.mutant.name}", daemon=True)
+        self._thread.start()
+        if not ready.wait(10):
+            raise RuntimeError("mutant proxy did not start")
+        return self.url
+
+    def stop(self) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def __enter__(self) -> str:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m conformance.mutants", description=__doc__.split("\n\n")[0])
+    p.add_argument("--target", help="URL of the real broker")
+    p.add_argument("--mutant", choices=sorted(MUTANTS))
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=7000)
+    p.add_argument("--list", action="store_true")
+    args = p.parse_args(argv)
+    if args.list or not (args.target and args.mutant):
+        for m in MUTANTS.values():
+            print(f"{m.name:<22} breaks {', '.join(m.breaks)}: {m.bug}")
+        return 0 if args.list else 2
+    print(f"mutant {args.mutant} proxying http://{args.host}:{args.port} -> {args.target}")
+    web.run_app(build_app(args.target, MUTANTS[args.mutant]), host=args.host, port=args.port, print=None)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

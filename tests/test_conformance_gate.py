@@ -1,0 +1,84 @@
+"""The conformance gate: (1) the whole suite against our broker passes (every contract passed, or NOT
+VERIFIED with a reason; none failed); (2) the suite catches every mutant of conformance/mutants.py, each
+run through the proxy with only the tests of the contracts that mutant breaks.
+
+The suite runs in a subprocess (``python -m conformance.runner``), exactly as a user's CI runs it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from broker.localserver import LocalBroker
+from conformance.mutants import MUTANTS, MutantProxy
+from conformance.runner import local_env, mint_tokens
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def conf_broker(pg, tmp_path_factory) -> Iterator[tuple[LocalBroker, dict[str, str]]]:
+    secret = secrets.token_urlsafe(24)
+    b = LocalBroker(dsn=pg.new_db(), workers=2, env=local_env(secret),
+                    log_path=tmp_path_factory.mktemp("conformance") / "broker.log")
+    b.start()
+    yield b, mint_tokens(secret)
+    b.stop()
+
+
+def run_suite(url: str, tokens: dict[str, str], report: Path, *extra: str) -> tuple[int, dict[str, Any], str]:
+    argv = [sys.executable, "-m", "conformance.runner", "--url", url, "--report", str(report), "-q", "-p", "no:randomly"]
+    for opt, key in (("--token", "token"), ("--token-b", "token_b"), ("--admin-token", "admin_token"),
+                     ("--token-produce-only", "token_produce_only"), ("--token-consume-only", "token_consume_only")):
+        argv += [opt, tokens[key]]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QUEEN_")}
+    proc = subprocess.run(argv + list(extra), cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    data = json.loads(report.read_text()) if report.exists() else {"contracts": {}, "tests": {}}
+    return proc.returncode, data, proc.stdout[-6000:] + proc.stderr[-2000:]
+
+
+@pytest.fixture(scope="module")
+def baseline(conf_broker, tmp_path_factory) -> tuple[int, dict[str, Any], str]:
+    broker, tokens = conf_broker
+    return run_suite(broker.url, tokens, tmp_path_factory.mktemp("baseline") / "report.json")
+
+
+def test_suite_passes_against_our_broker(baseline):
+    code, report, out = baseline
+    contracts = report["contracts"]
+    assert contracts, f"the suite produced no report:\n{out}"
+    failed = {cid: r["reasons"] for cid, r in contracts.items() if r["status"] == "failed"}
+    assert not failed, "contracts failing against our broker:\n" + "\n".join(
+        f"{cid}: {reasons[:1]}" for cid, reasons in sorted(failed.items()))
+    not_run = [cid for cid, r in contracts.items() if r["status"] == "not_run"]
+    assert not not_run, f"contracts with no test run: {not_run}"
+    silent = [cid for cid, r in contracts.items() if r["status"] == "not_verified" and not all(r["reasons"])]
+    assert not silent, f"NOT VERIFIED without a reason: {silent}"
+    assert code == 0, out
+
+
+@pytest.mark.parametrize("name", sorted(MUTANTS))
+def test_suite_catches_mutant(name, conf_broker, baseline, tmp_path):
+    broker, tokens = conf_broker
+    mutant = MUTANTS[name]
+    base = baseline[1]["contracts"]
+    not_passing = [cid for cid in mutant.breaks if base.get(cid, {}).get("status") != "passed"]
+    assert not not_passing, (
+        f"mutant {name} proves nothing: against the unmutated broker {not_passing} do not pass "
+        f"({[base.get(c, {}).get('status') for c in not_passing]})")
+    selection = [a for cid in mutant.breaks for a in ("--contract", cid)]
+    with MutantProxy(broker.url, mutant) as proxy_url:
+        code, report, out = run_suite(proxy_url, tokens, tmp_path / "report.json", *selection)
+    statuses = {cid: report["contracts"].get(cid, {}).get("status") for cid in mutant.breaks}
+    assert code != 0, f"mutant {name} ({mutant.bug}) went unnoticed: exit 0\n{out}"
+    missed = [cid for cid, st in statuses.items() if st != "failed"]
+    assert not missed, f"mutant {name} ({mutant.bug}): contracts not reported FAILED: {statuses}\n{out}"
