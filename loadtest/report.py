@@ -144,7 +144,7 @@ def _plt() -> Any:
 
 def plot_lag(out: Path, points: list[dict[str, Any]], history: list[dict[str, Any]], title: str) -> Path | None:
     series = lag_series(points)
-    deliv = [h for h in history if h["type"] == "DELIVERY_LAG" and h["p50_ms"] is not None]
+    deliv = [h for h in history if h["type"] == "DELIVERY_LAG" and h["p50_ms"] is not None and (h["requests"] or 0) > 0]
     if not series and not deliv:
         return None
     plt = _plt()

@@ -159,8 +159,8 @@ def lag_table(s: dict[str, Any]) -> str:
     rows = [
         ["fire lag, broker histogram", fl.get("count"), fl.get("p50_ms"), fl.get("p90_ms"), fl.get("p99_ms"),
          f"<= {fl.get('max_le_ms')}" if fl.get("max_le_ms") is not None else None],
-        ["fire lag, createdAt - deliverAt", pm.get("requests"), pm.get("p50_ms"), pm.get("p90_ms"), pm.get("p99_ms"), pm.get("max_ms")],
-        ["delivery lag, receipt - deliverAt", dl.get("requests"), dl.get("p50_ms"), dl.get("p90_ms"), dl.get("p99_ms"), dl.get("max_ms")],
+        ["fire lag, createdAt - deliverAt", int(pm.get("requests") or 0), pm.get("p50_ms"), pm.get("p90_ms"), pm.get("p99_ms"), pm.get("max_ms")],
+        ["delivery lag, receipt - deliverAt", int(dl.get("requests") or 0), dl.get("p50_ms"), dl.get("p90_ms"), dl.get("p99_ms"), dl.get("max_ms")],
     ]
     t = report.format_table(["lag (ms)", "count", "p50", "p90", "p99", "max"], rows)
     return (t + f"\ntarget {s['target_rate']:g}/s: scheduled {s['scheduled']} ({s['schedule_rate']:g}/s over "
@@ -329,6 +329,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
     args = build_parser().parse_args(argv)
     args.duration_given = args.duration is not None
     spec = LOCUST_SCENARIOS.get(args.scenario, {"users": 4, "duration": 30})

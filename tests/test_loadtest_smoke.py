@@ -1,0 +1,99 @@
+"""Each load scenario runs end to end for a few seconds against the shared test broker.
+
+These keep the harness working while the surfaces it loads change; they assert that traffic flowed and
+was measured (not how fast: the machine is shared). Budget: well under 90 s together.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from broker.localserver import LocalBroker
+from loadtest import runner
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _summary(out: Path) -> dict:
+    return json.loads((out / "summary.json").read_text())
+
+
+def _stats(out: Path, scenario: str) -> dict[tuple[str, str], dict[str, str]]:
+    with open(out / f"{scenario}_stats.csv") as f:
+        return {(r["Type"], r["Name"]): r for r in csv.DictReader(f)}
+
+
+def test_timers_lag_measures_fire_and_delivery_lag(broker: LocalBroker, tmp_path: Path) -> None:
+    rc = runner.main(["timers_lag", "--url", broker.url, "--duration", "7", "--rate", "100", "--users", "2",
+                      "--window-ms", "1000", "--out", str(tmp_path)])
+    assert rc == 0
+    s = _summary(tmp_path)
+    assert s["schedule_failures"] == 0, s["failures"]
+    assert s["scheduled"] >= 200  # 100/s for 4 s of scheduling, loosely
+    assert s["received"] >= 0.95 * s["scheduled"]
+    assert s["fire_lag"]["count"] >= s["scheduled"]  # the broker histogram saw at least our fires
+    assert s["fire_lag"]["p99_ms"] is not None and s["delivery_lag"]["p99_ms"] is not None
+    stats = _stats(tmp_path, "timers_lag")
+    # both lags are Locust request types of their own, in its CSV
+    assert int(stats[("FIRE_LAG", "createdAt - deliverAt")]["Request Count"]) == s["received"]
+    assert int(stats[("DELIVERY_LAG", "receipt - deliverAt")]["Request Count"]) == s["received"]
+    assert (tmp_path / "lag_percentiles.png").stat().st_size > 0
+    assert (tmp_path / "rates.png").stat().st_size > 0
+
+
+def test_timers_schedule_runs_every_batch_size_and_cancels(broker: LocalBroker, tmp_path: Path) -> None:
+    rc = runner.main(["timers_schedule", "--url", broker.url, "--duration", "4", "--users", "3", "--out", str(tmp_path)])
+    assert rc == 0
+    s = _summary(tmp_path)
+    assert s["failures"] == []
+    for n in ("1", "16", "256"):
+        assert s["schedule"][n]["requests"] and s["schedule"][n]["timers"] == s["schedule"][n]["requests"] * int(n)
+    assert s["cancel"]["requests"] and not s["cancel"]["failures"]
+
+
+def test_push_pop_moves_messages(broker: LocalBroker, tmp_path: Path) -> None:
+    rc = runner.main(["push_pop", "--url", broker.url, "--duration", "4", "--users", "2", "--out", str(tmp_path)])
+    assert rc == 0
+    s = _summary(tmp_path)
+    assert s["failures"] == []
+    assert s["push_msgs_per_s"] > 0 and s["pop_msgs_per_s"] > 0 and s["ack_msgs_per_s"] > 0
+
+
+def test_distributed_master_and_two_workers(broker: LocalBroker, tmp_path: Path) -> None:
+    rc = runner.main(["timers_schedule", "--url", broker.url, "--duration", "4", "--users", "2", "--distributed", "2",
+                      "--out", str(tmp_path)])
+    assert rc == 0
+    s = _summary(tmp_path)
+    # the master runs no users: every request counted was made by the two worker processes
+    assert s["failures"] == [] and s["schedule"]["1"]["requests"] and s["cancel"]["requests"]
+
+
+def test_capacity_steps_the_rate(broker: LocalBroker, tmp_path: Path) -> None:
+    rc = runner.main(["capacity", "--url", broker.url, "--rates", "50,100", "--step-duration", "5", "--window-ms", "500",
+                      "--slo-p99-ms", "5000", "--out", str(tmp_path)])
+    assert rc == 0
+    s = _summary(tmp_path)
+    assert [st["target_rate"] for st in s["steps"]] == [50.0, 100.0]
+    assert s["highest_rate_held"] == 100.0 and s["broke_at"] is None
+    assert (tmp_path / "capacity.png").exists()
+
+
+def test_outage_deadlines_short_run(broker: LocalBroker, tmp_path: Path) -> None:
+    rc = runner.main(["outage_deadlines", "--url", broker.url, "--interval", "0.1", "--duration", "3", "--timeout", "0.5",
+                      "--outage-start", "0.6", "--outage", "1.6", "--drain", "4", "--out", str(tmp_path)])
+    assert rc == 0
+    s = _summary(tmp_path)
+    without, with_ = s["without"], s["with"]
+    for o in (without, with_):
+        assert o["orders"] == 30 and o["succeeded"] + o["failed"] == 30
+        assert o["failed"] > 0  # billing was down longer than timeout + retry
+    # without deadlines every call is run once billing returns: the failed orders were charged anyway
+    assert without["expired_skipped"] == 0
+    assert without["charged_after_failed"] > 0 and without["charges"] > without["succeeded"]
+    # with deadlines the broker skipped the expired calls (DLQ rows with deadline_exceeded)
+    assert with_["expired_skipped"] > 0
+    assert with_["charges"] < without["charges"]
