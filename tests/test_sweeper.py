@@ -1,0 +1,264 @@
+"""The sweeper on its own (no HTTP): ``Sweeper.run_once()`` / ``run()`` against a fresh database.
+
+Time is moved by the database only: a test that needs a row due again sets its ``due_at`` in SQL
+rather than sleeping through a backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import asyncpg
+import pytest
+
+from broker.codec import Codec
+from broker.store.pool import connect
+from broker.store.queries import Q
+from broker.sweeper import LEADER_LOCK, Sweeper, SweeperConfig, failure_class
+
+
+@pytest.fixture
+async def db(pg):
+    dsn = pg.new_db()
+    conn = await connect(dsn)
+    yield dsn, conn
+    await conn.close()
+
+
+def sweeper(dsn: str, **kw) -> Sweeper:
+    cfg = SweeperConfig(**{"min_sleep_ms": 5, "max_sleep_ms": 200, "batch": 100, "max_attempts": 3,
+                           "backoff_base_ms": 50, "faults": True, **kw})
+    return Sweeper(dsn, cfg, Codec(1024), name=f"test-{uuid.uuid4().hex[:6]}")
+
+
+async def schedule(conn: asyncpg.Connection, tenant: str, queue: str, keys: list[str], *, delays: list[int] | None = None,
+                   payloads: list[bytes] | None = None, txns: list[str] | None = None, partition: str | None = None) -> list:
+    n = len(keys)
+    delays = delays if delays is not None else [0] * n
+    payloads = payloads if payloads is not None else [b'{"i": %d}' % i for i in range(n)]
+    txns = txns if txns is not None else [f"{queue}-{k}" for k in keys]
+    return await conn.fetch(
+        Q.timers_apply, tenant, f"sub-{tenant}", True, 1000, ["schedule"] * n, [queue] * n, keys, [partition] * n,
+        txns, [uuid.uuid4() for _ in keys], payloads, [False] * n, [None] * n, delays,
+    )
+
+
+async def make_due(conn: asyncpg.Connection) -> None:
+    await conn.execute("UPDATE queen_timers SET due_at = now() - interval '1 ms' WHERE claim_token IS NULL")
+
+
+async def log_rows(conn: asyncpg.Connection, tenant: str | None = None) -> list:
+    return await conn.fetch(
+        "SELECT m.tenant, p.queue, p.name AS partition, m.seq, m.id, m.txn, m.payload, m.producer_sub, m.created_at "
+        "FROM queen_messages m JOIN queen_partitions p ON p.tenant = m.tenant AND p.id = m.partition_id "
+        "WHERE $1::text IS NULL OR m.tenant = $1 ORDER BY m.tenant, p.queue, p.name, m.seq", tenant)
+
+
+async def test_fire_pushes_with_the_timers_identity_and_deletes_the_row(db):
+    dsn, conn = db
+    [res] = await schedule(conn, "t1", "q", ["k"], txns=["tx-1"], partition="P")
+    sw = sweeper(dsn)
+    out = await sw.run_once()
+    assert (out.claimed, out.fired) == (1, 1)
+    [m] = await log_rows(conn)
+    assert (m["queue"], m["partition"], m["txn"], m["id"], m["producer_sub"]) == ("q", "P", "tx-1", res["message_id"], "sub-t1")
+    assert m["payload"] == b'{"i": 0}'
+    assert await conn.fetchval("SELECT count(*) FROM queen_timers") == 0
+    assert m["created_at"] >= res["deliver_at"] and 0 <= out.lags[0] < 5
+    await sw.stop()
+
+
+async def test_nothing_due_reports_when_the_next_is(db):
+    dsn, conn = db
+    await schedule(conn, "t1", "q", ["later"], delays=[3_000])
+    sw = sweeper(dsn)
+    out = await sw.run_once()
+    assert out.claimed == 0 and 2_000 < out.next_due_ms <= 3_000
+    assert sw.config.clamp_sleep_ms(out.next_due_ms) == 200  # clamped to the max sleep
+    assert sw.config.clamp_sleep_ms(-50) == 5 and sw.config.clamp_sleep_ms(None) == 200
+    await sw.stop()
+
+
+async def test_deliver_at_order_within_a_partition_across_a_batch(db):
+    dsn, conn = db
+    delays = [-10, -50, -30, -20, -40, -60]
+    await schedule(conn, "t1", "q", [f"k{d}" for d in delays], delays=delays, payloads=[str(d).encode() for d in delays])
+    sw = sweeper(dsn)
+    await sw.run_once()
+    rows = await log_rows(conn)
+    assert [int(r["payload"]) for r in rows] == sorted(delays)
+    await sw.stop()
+
+
+async def test_a_burst_of_one_tenant_does_not_starve_another(db):
+    dsn, conn = db
+    await schedule(conn, "tenant-a", "q", [f"a{i:05}" for i in range(1500)], delays=[-1000] * 1500)
+    await schedule(conn, "tenant-b", "q", [f"b{i}" for i in range(5)], delays=[0] * 5)
+    sw = sweeper(dsn, batch=100)
+    out = await sw.run_once()
+    assert out.claimed <= 100 and out.more_due(100)
+    assert len(await log_rows(conn, "tenant-b")) == 5  # B's due timers went out in the first cycle
+    assert len(await log_rows(conn, "tenant-a")) == out.fired - 5
+    # and the rest of A drains in later cycles
+    while (await sw.run_once()).claimed:
+        pass
+    assert len(await log_rows(conn, "tenant-a")) == 1500
+    await sw.stop()
+
+
+async def test_refire_after_a_lost_commit_is_a_duplicate_not_a_second_frame(db):
+    dsn, conn = db
+    [res] = await schedule(conn, "t1", "q", ["k"], txns=["tx-dup"])
+    # the message is already in the log (the earlier fire committed, its answer was lost)
+    await conn.fetch("SELECT * FROM queen_push('t1', ARRAY['q'], ARRAY['Default'], ARRAY[$1::uuid], ARRAY['tx-dup'], "
+                     "ARRAY[NULL::uuid], ARRAY['{}'::bytea], ARRAY[0::smallint], ARRAY[NULL::text], ARRAY['s'], "
+                     "ARRAY[NULL::bigint])", res["message_id"])
+    sw = sweeper(dsn)
+    out = await sw.run_once()
+    assert (out.fired, out.duplicates) == (0, 1)
+    assert len(await log_rows(conn)) == 1
+    assert await conn.fetchval("SELECT count(*) FROM queen_timers") == 0
+    await sw.stop()
+
+
+async def test_a_lost_claim_commits_nothing(db):
+    """A sweeper whose lease expired and whose rows were re-claimed pushes nothing: only rows still
+    holding its token are deleted and pushed (a reschedule after expiry must not get the old payload)."""
+    dsn, conn = db
+    await schedule(conn, "t1", "q", ["k"])
+    tok_a, tok_b = uuid.uuid4(), uuid.uuid4()
+    rows = await conn.fetch(Q.timers_claim, tok_a, 10, 10, None, "a", False)
+    assert rows[0]["timer_key"] == "k"
+    await asyncio.sleep(0.05)  # lease of 10 ms expired
+    rows = await conn.fetch(Q.timers_claim, tok_b, 30_000, 10, None, "b", False)
+    assert rows[0]["timer_key"] == "k"
+    out = await conn.fetch(Q.timers_fire, tok_a, ["t1"], ["q"], ["k"], [None], [0], [], [], [], [], [], 3, 50, 1000)
+    assert out == [] and len(await log_rows(conn)) == 0
+    out = await conn.fetch(Q.timers_fire, tok_b, ["t1"], ["q"], ["k"], [None], [0], [], [], [], [], [], 3, 50, 1000)
+    assert [r["kind"] for r in out] == ["fired"]
+
+
+async def test_permanent_failures_back_off_then_go_to_the_dlq(db):
+    dsn, conn = db
+    await schedule(conn, "t1", "q", ["bad"], payloads=[b"not json"], txns=["tx-bad"])
+    sw = sweeper(dsn, max_attempts=3)
+    for attempt in (1, 2):
+        out = await sw.run_once()
+        assert out.backoff == 1
+        row = await conn.fetchrow(Q.timers_peek, "t1", "q", "bad")
+        assert row["attempts"] == attempt and "not valid JSON" in row["last_error"] and row["claimed"] is False
+        due_in = await conn.fetchval("SELECT extract(epoch FROM due_at - now()) FROM queen_timers")
+        assert due_in > 0  # backing off: not due, not claimed
+        assert (await sw.run_once()).claimed == 0
+        await make_due(conn)
+    out = await sw.run_once()
+    assert out.dlq == 1
+    assert await conn.fetchval("SELECT count(*) FROM queen_timers") == 0
+    dlq = await conn.fetchrow("SELECT * FROM queen_dlq")
+    assert dlq["synthetic"] is True and dlq["consumer_group"] == "__timers__" and dlq["queue"] == "q"
+    assert dlq["txn"] == "tx-bad" and dlq["retry_count"] == 3 and "not valid JSON" in dlq["error"]
+    assert dlq["payload"] == b"not json" and dlq["producer_sub"] == "sub-t1"
+    await sw.stop()
+
+
+async def test_backoff_grows_exponentially_and_transient_failures_cost_no_attempt(db):
+    dsn, conn = db
+    await schedule(conn, "t1", "q", ["k"])
+    await conn.execute(Q.timers_fault_set, "t1", "q", "transient", 3, 0)
+    sw = sweeper(dsn, backoff_base_ms=1000)
+    gaps = []
+    for _ in range(3):
+        out = await sw.run_once()
+        assert out.backoff == 1
+        gaps.append(await conn.fetchval("SELECT extract(epoch FROM due_at - now()) FROM queen_timers"))
+        await make_due(conn)
+    assert [round(g) for g in gaps] == [1, 2, 4]
+    row = await conn.fetchrow(Q.timers_peek, "t1", "q", "k")
+    assert row["attempts"] == 0 and "transient" in row["last_error"]
+    assert (await sw.run_once()).fired == 1
+    await sw.stop()
+
+
+async def test_reschedule_resets_the_attempt_budget(db):
+    dsn, conn = db
+    await schedule(conn, "t1", "q", ["k"], payloads=[b"oops"])
+    sw = sweeper(dsn, max_attempts=3)
+    await sw.run_once()
+    await make_due(conn)
+    await sw.run_once()
+    assert (await conn.fetchrow(Q.timers_peek, "t1", "q", "k"))["attempts"] == 2
+    [res] = await schedule(conn, "t1", "q", ["k"], payloads=[b'{"fixed": true}'], delays=[60_000])
+    assert res["status"] == "rescheduled"
+    row = await conn.fetchrow(Q.timers_peek, "t1", "q", "k")
+    assert row["attempts"] == 0 and row["last_error"] is None
+    await sw.stop()
+
+
+def test_failure_classes():
+    assert failure_class(asyncpg.exceptions.SerializationError("x")) == "transient"  # 40001
+    assert failure_class(asyncpg.exceptions.DeadlockDetectedError("x")) == "transient"  # 40P01
+    assert failure_class(asyncpg.exceptions.TooManyConnectionsError("x")) == "transient"  # 53300
+    assert failure_class(asyncpg.exceptions.AdminShutdownError("x")) == "transient"  # 57P01
+    assert failure_class(ConnectionResetError()) == "transient"
+    assert failure_class(asyncpg.exceptions.UniqueViolationError("x")) == "permanent"
+    assert failure_class(asyncpg.exceptions.CheckViolationError("x")) == "permanent"
+
+
+async def test_only_one_sweeper_fires_at_a_time_and_another_takes_over(db):
+    dsn, conn = db
+    a, b = sweeper(dsn), sweeper(dsn)
+    assert (await a.run_once()).leader is True
+    assert (await b.run_once()).leader is False
+    await schedule(conn, "t1", "q", ["k"])
+    assert (await b.run_once()).leader is False
+    assert (await a.run_once()).fired == 1
+    await a.stop()  # closes its connection: the lock goes with it
+    assert (await b.run_once()).leader is True
+    await b.stop()
+    holder = await conn.fetchval("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = $1",
+                                 LEADER_LOCK & 0xFFFFFFFF)
+    assert holder == 0
+
+
+async def test_notify_wakes_a_sleeping_sweeper(db):
+    dsn, conn = db
+    sw = sweeper(dsn, max_sleep_ms=10_000, min_sleep_ms=1)
+    listener = await asyncpg.connect(dsn)
+    await listener.add_listener("queen_timers", lambda _c, _p, _ch, payload: sw.notify(payload))
+    task = asyncio.get_running_loop().create_task(sw.run())
+    try:
+        await asyncio.sleep(0.3)  # the sweeper is now asleep for up to 10 s
+        await schedule(conn, "t1", "q", ["soon"], delays=[150], txns=["tx-soon"])
+        t0 = asyncio.get_running_loop().time()
+        while not await log_rows(conn):
+            await asyncio.sleep(0.01)
+            assert asyncio.get_running_loop().time() - t0 < 3, "not woken by NOTIFY"
+        lag = await conn.fetchval("SELECT extract(epoch FROM m.created_at - now()) FROM queen_messages m")
+        assert lag is not None
+    finally:
+        await sw.stop()
+        task.cancel()
+        await listener.close()
+
+
+async def test_drain_hands_back_held_claims(db):
+    dsn, conn = db
+    await schedule(conn, "t1", "q", ["k"])
+    await conn.execute(Q.timers_fault_set, "t1", "q", "stall", 1, 60_000)
+    sw = sweeper(dsn, lease_ms=60_000)
+    task = asyncio.get_running_loop().create_task(sw.run())
+    for _ in range(200):
+        if (await conn.fetchrow(Q.timers_peek, "t1", "q", "k"))["claimed"]:
+            break
+        await asyncio.sleep(0.01)
+    else:
+        raise AssertionError("never claimed")
+    await sw.stop(timeout_s=5)
+    row = await conn.fetchrow("SELECT claim_token, claimed_until, due_at <= now() AS due FROM queen_timers")
+    assert row["claim_token"] is None and row["claimed_until"] is None and row["due"] is True
+    assert not sw.held
+    task.cancel()
+    other = sweeper(dsn)
+    assert (await other.run_once()).fired == 1  # fired at once, not after the 60 s lease
+    await other.stop()
