@@ -78,3 +78,11 @@ def test_token_create_refusals():
     assert out.returncode == 2 and "--secret" in out.stderr and out.stdout == ""
     out = queen("token", "create", "--sub", "s", "--secret", "k")
     assert out.returncode == 2 and "--tenant" in out.stderr
+
+
+def test_delegated_commands_get_their_own_options():
+    for command in ("conformance", "bench"):
+        out = queen(command, "--help")
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.startswith(f"usage: queen {command}"), out.stdout[:200]
+        assert "unrecognized arguments" not in out.stderr
