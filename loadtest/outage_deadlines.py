@@ -255,7 +255,7 @@ class Experiment:
         o.charges = len(self.charges)
         o.charged_twice = sum(1 for v in per_order.values() if v >= 2)
         o.charged_after_failed = sum(1 for order, v in self.results.items() if v == "failed" and per_order[order])
-        expired = [r for r in dlq_rows if "deadline_exceeded" in json.dumps(r)]
+        expired = [r for r in dlq_rows if r.get("errorMessage") == "deadline_exceeded"]
         o.expired_skipped = len(expired)
         o.expired_metric_delta = None if before is None or after is None else after - before
         by_second: dict[int, int] = defaultdict(int)
@@ -267,22 +267,22 @@ class Experiment:
             (v for s, v in by_second.items() if not (lo <= s <= hi)), default=0)
         if self.restart_at is not None and self.first_reply_after_restart is not None:
             o.first_reply_after_restart_ms = round((self.first_reply_after_restart - self.restart_at) * 1000, 1)
-        lateness = _lateness(expired)
+        lateness = _lateness(expired, self.p.timeout)
         if lateness:
             o.skipped_past_deadline_s = {"min": round(min(lateness), 2), "median": round(statistics.median(lateness), 2),
                                          "max": round(max(lateness), 2)}
         return o
 
 
-def _lateness(rows: list[dict[str, Any]]) -> list[float]:
-    """Seconds past its deadline each expired call was when the broker skipped it, when the DLQ row says."""
+def _lateness(rows: list[dict[str, Any]], deadline_s: float) -> list[float]:
+    """Seconds past its deadline each expired call was when the broker skipped it: the DLQ row's
+    ``movedToDlqAt`` minus (``messageCreatedAt`` + the call's deadlineMs), both by the database clock."""
     out = []
     for r in rows:
-        dl = r.get("deadlineAt") or r.get("deadline_at")
-        moved = r.get("movedToDlqAt") or r.get("createdAt")
-        if dl and moved:
+        created, moved = r.get("messageCreatedAt"), r.get("movedToDlqAt")
+        if created and moved:
             try:
-                out.append(max(0.0, parse_iso(moved) - parse_iso(dl)))
+                out.append(max(0.0, parse_iso(moved) - parse_iso(created) - deadline_s))
             except ValueError:
                 continue
     return out
