@@ -15,6 +15,9 @@ CREATE TABLE queen_kv (
 );
 CREATE INDEX queen_kv_expiry ON queen_kv (tenant, expires_at) WHERE expires_at IS NOT NULL;
 
+-- Storage counts a row as the bytes of its key plus its value's JSON text (the same measure on insert,
+-- update, delete and prune, so the gauge never drifts).
+
 -- Versions are never reused, not even for a key deleted and created again. 0 means "absent".
 CREATE SEQUENCE queen_kv_version AS bigint START 1;
 
@@ -227,7 +230,7 @@ BEGIN
                     IF v_kind = 'delete' THEN
                         IF v_exists THEN
                             DELETE FROM queen_kv q WHERE q.tenant = p_tenant AND q.ns = v_ns AND q.key = v_key;
-                            v_storage := v_storage - octet_length(v_row.key) - pg_column_size(v_row.value);
+                            v_storage := v_storage - octet_length(v_row.key) - octet_length(v_row.value::text);
                         END IF;
                         v_res := jsonb_build_object('applied', true, 'key', v_key, 'value', 'null'::jsonb, 'version', 0);
                         EXIT attempt;
@@ -257,7 +260,7 @@ BEGIN
                         UPDATE queen_kv q SET value = v_value, version = v_ver, expires_at = v_exp, updated_at = now(),
                                created_at = CASE WHEN v_live THEN q.created_at ELSE now() END
                         WHERE q.tenant = p_tenant AND q.ns = v_ns AND q.key = v_key;
-                        v_storage := v_storage - pg_column_size(v_row.value) + pg_column_size(v_value);
+                        v_storage := v_storage - octet_length(v_row.value::text) + octet_length(v_value::text);
                     ELSE
                         INSERT INTO queen_kv (tenant, ns, key, value, version, expires_at)
                         VALUES (p_tenant, v_ns, v_key, v_value, v_ver, v_exp)
@@ -266,7 +269,7 @@ BEGIN
                             -- a concurrent writer created the key meanwhile: judge again against its row
                             CONTINUE attempt;
                         END IF;
-                        v_storage := v_storage + octet_length(v_key) + pg_column_size(v_value);
+                        v_storage := v_storage + octet_length(v_key) + octet_length(v_value::text);
                     END IF;
                     v_res := jsonb_build_object('applied', true, 'key', v_key, 'value', v_value, 'version', v_ver);
                     EXIT attempt;
@@ -319,7 +322,7 @@ BEGIN
         ), gone AS (
             DELETE FROM queen_kv q USING doomed d
             WHERE q.tenant = d.tenant AND q.ns = d.ns AND q.key = d.key AND q.expires_at <= now()
-            RETURNING q.tenant, octet_length(q.key) + pg_column_size(q.value) AS bytes
+            RETURNING q.tenant, octet_length(q.key) + octet_length(q.value::text) AS bytes
         )
         SELECT tenant, sum(bytes)::bigint AS bytes, count(*)::integer AS n FROM gone GROUP BY tenant ORDER BY tenant
     LOOP
