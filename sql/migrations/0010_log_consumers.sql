@@ -363,8 +363,8 @@ $$;
 -- does not invalidate the acks beside it). Answers one row per item, in order:
 --   completed|success -> done; dlq -> filed as a dead letter and done;
 --   failed|retry      -> one more failure: past the queue's retry limit it is filed (when the queue
---                        keeps a DLQ) and done, else the lease on its partition is released so the
---                        message and everything after it is delivered again.
+--                        keeps a DLQ) and done; either way the lease on its partition is released, so
+--                        what is not done from there on is delivered again.
 -- With a lease id the cursor is the one holding that lease (an expired lease nobody re-claimed still
 -- counts); without one, the item's group, and a message under somebody's live lease is refused.
 CREATE FUNCTION queen_ack(p_tenant text, p_pids uuid[], p_txns text[], p_statuses text[], p_leases uuid[],
@@ -399,7 +399,8 @@ BEGIN
         LEFT JOIN LATERAL (
             SELECT c.* FROM queen_cursors c
             WHERE c.tenant = p_tenant AND c.partition_id = u.pid
-              AND CASE WHEN u.lease IS NOT NULL THEN c.lease_id = u.lease ELSE c.consumer_group = u.grp END
+              AND (c.lease_id = u.lease OR c.consumer_group = u.grp)
+            ORDER BY (c.lease_id IS NOT DISTINCT FROM u.lease) DESC
             LIMIT 1) cu ON true
         LEFT JOIN queen_msg_state st ON st.tenant = p_tenant AND st.partition_id = u.pid
                                     AND st.consumer_group = cu.consumer_group AND st.seq = m.seq
@@ -416,6 +417,10 @@ BEGIN
         END IF;
         IF r.seq <= r.acked_seq OR r.side_acked THEN
             RETURN QUERY SELECT r.i, true, NULL::text, false;  -- already done: acks are idempotent
+            CONTINUE;
+        END IF;
+        IF r.lease IS NOT NULL AND r.lease_id IS DISTINCT FROM r.lease THEN
+            RETURN QUERY SELECT r.i, false, 'Invalid or expired lease'::text, false;
             CONTINUE;
         END IF;
         IF r.lease IS NULL AND r.lease_id IS NOT NULL AND r.lease_until > now() AND r.seq <= r.lease_end_seq THEN
@@ -447,9 +452,9 @@ BEGIN
                 v_dp := v_dp || r.pid; v_dg := v_dg || r.grp::text; v_ds := v_ds || r.seq;
                 RETURN QUERY SELECT r.i, true, NULL::text, r.dlq_enabled;
             ELSE
-                v_rp := v_rp || r.pid; v_rg := v_rg || r.grp::text;
                 RETURN QUERY SELECT r.i, true, NULL::text, false;
             END IF;
+            v_rp := v_rp || r.pid; v_rg := v_rg || r.grp::text;
         END IF;
     END LOOP;
 
