@@ -244,6 +244,23 @@ CONTRACTS: tuple[C, ...] = (
     C("TMR-VALIDATION", "PROTOCOL.md §3.4",
       "Malformed ops are 400 timers_bad_request: unknown op, missing queue/timerKey/delayMs, payload not "
       "base64, the same (queue, timerKey) twice in one call."),
+    # ---------------------------------------------------------------- transactions with riders (PROTOCOL §2.6)
+    C("TXN-RIDERS-FLAT", "PROTOCOL.md §2.6",
+      "kv and timers ride as top-level fields of POST /api/v1/transaction; results are one flat index space: "
+      "pushed items and acks in operation order, then kv, then timers (typed kv / timer)."),
+    C("TXN-RIDERS-ONLY", "PROTOCOL.md §2.6",
+      "operations may be [] when the bundle is only riders."),
+    C("TXN-ATOMIC", "PROTOCOL.md §2.6 / issue 3",
+      "All or nothing: a refused bundle (a requiredLeases entry that is not live) applies none of its pushes, "
+      "kv writes or timer ops."),
+    C("TXN-KV-PRECONDITION", "PROTOCOL.md §2.6",
+      "A lost required KV precondition answers HTTP 200 {success: false, reason: kv_precondition, failedIndex "
+      "(flat), kvReason, version, value} and nothing in the bundle is applied."),
+    C("TXN-TIMERS-DISABLED", "PROTOCOL.md §2.6",
+      "With scheduling switched off by the operator, a timers rider is refused with 403 timers_disabled "
+      "inside a transaction (503 on the standalone route)."),
+    C("DL-TXN", "issue 3",
+      "A transaction push item may carry deadlineMs, with the same meaning as on the push route."),
     # ---------------------------------------------------------------- message log deadlines (issue 3)
     C("DL-NOT-DELIVERED", "issue 3 / queued-call-deadlines.md",
       "A pop never hands out a message whose deadlineMs has passed."),

@@ -322,6 +322,49 @@ def kv_delete_absent_404(req: Req, resp: Resp, st: dict[str, Any]) -> Resp:
     return resp
 
 
+def txn_remember(req: Req, st: dict[str, Any]) -> Req:
+    data = req.json()
+    flat = 0
+    if req.path == "/api/v1/transaction" and isinstance(data, dict):
+        for op in data.get("operations") or []:
+            if isinstance(op, dict):
+                flat += len(op.get("items") or []) if op.get("type") == "push" else 1
+    st["flat_ops"] = flat
+    return req
+
+
+def failed_index_local(req: Req, resp: Resp, st: dict[str, Any]) -> Resp:
+    """The classic bug: failedIndex counted inside the kv array instead of the flat result space."""
+    data = resp.json()
+    if req.path == "/api/v1/transaction" and isinstance(data, dict) and data.get("reason") == "kv_precondition":
+        if isinstance(data.get("failedIndex"), int):
+            data["failedIndex"] -= st.get("flat_ops", 0)
+            resp.set_json(data)
+    return resp
+
+
+def pop_reversed(req: Req, resp: Resp, st: dict[str, Any]) -> Resp:
+    """Due timers enter the log in schedule order instead of expiry order (seen as reversed pops)."""
+    data = resp.json()
+    if req.path.startswith("/api/v1/pop/") and isinstance(data, dict) and isinstance(data.get("messages"), list):
+        data["messages"].reverse()
+        resp.set_json(data)
+    return resp
+
+
+def deliver_at_promised_late(req: Req, resp: Resp, st: dict[str, Any]) -> Resp:
+    """The frame arrives before the promised instant: the schedule answer names a deliverAt 1 s later
+    than the one the broker keeps (equivalently, the broker fires a second early)."""
+    def later(r: dict[str, Any]) -> None:
+        if isinstance(r.get("deliverAt"), str):
+            when = dt.datetime.fromisoformat(r["deliverAt"].replace("Z", "+00:00")) + dt.timedelta(seconds=1)
+            r["deliverAt"] = when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+    if req.method == "POST" and req.path == TIMERS:
+        _rewrite_results(resp, later)
+    return resp
+
+
 MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("absent-ok-true", ("TMR-ABSENT-OK-FALSE",), "absent answered with ok: true", on_response=absent_ok_true),
     Mutant("hint-dropped", ("TMR-BLOCKED-HINT",), "the x-queen-timers-hint header is dropped", on_response=hint_dropped),
@@ -357,6 +400,13 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("kv-500", ("ENV-NO-500",), "bad KV input answered 500", on_response=kv_400_is_500),
     Mutant("route-code-renamed", ("ENV-NO-SUCH-ROUTE",), "unknown routes answer not_found instead of no_such_route",
            on_response=route_code_renamed),
+    Mutant("txn-failed-index-local", ("TXN-KV-PRECONDITION",),
+           "a lost transaction precondition reports its index inside kv, not in the flat space",
+           on_request=txn_remember, on_response=failed_index_local),
+    Mutant("fire-order-reversed", ("TMR-FIRE-ORDER",), "timers maturing in one cycle enter the log in reverse",
+           on_response=pop_reversed),
+    Mutant("fires-early", ("TMR-DELIVERAT-FLOOR",), "a timer fires before its deliverAt",
+           on_response=deliver_at_promised_late),
     Mutant("kv-delete-absent-404", ("KV-DELETE-ABSENT-200",), "a delete of a missing key answered 404",
            on_response=kv_delete_absent_404),
 )}

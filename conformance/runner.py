@@ -92,10 +92,11 @@ def local_broker(workers: int = 2) -> Iterator[tuple[str, dict[str, str]]]:
                 pg.stop()
 
 
-def print_catalogue(out=sys.stdout) -> None:
+def print_catalogue(out=None) -> None:
     from conformance.catalogue import CONTRACTS
     from conformance.plugin import contract_index
 
+    out = out or sys.stdout
     index = contract_index()
     for c in CONTRACTS:
         print(f"{c.id}  [{c.source}]", file=out)
@@ -151,7 +152,10 @@ def main(argv: list[str] | None = None) -> int:
 
     args, extra = build_parser().parse_known_args(argv)
     if args.list:
-        print_catalogue()
+        try:
+            print_catalogue()
+        except BrokenPipeError:  # `queen conformance --list | head`
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the interpreter's flush at exit
         return 0
     tokens: dict[str, str | None] = {
         "token": args.token, "token_b": args.token_b, "admin_token": args.admin_token,
