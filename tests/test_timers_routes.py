@@ -379,3 +379,17 @@ def test_test_hooks_validate_their_bodies(http):
     assert r.status_code == 400
     r = http.post("/api/v1/test/timers/hold", json={"queue": "q", "timerKey": "k", "ms": 0})
     assert r.status_code == 400
+
+
+def test_fire_metrics_are_exported(http):
+    q, txn = uniq("tq"), uniq("txn")
+    results(http, sched(q, "m", delay=0, txn=txn))
+    wait_fired(http, q, txn)
+    text = http.get("/metrics/prometheus").text
+    counts = {}
+    for line in text.splitlines():
+        for name in ("queen_timers_fire_lag_seconds_count", "queen_timers_fired_total", "queen_sweeper_cycle_seconds_count"):
+            if line.startswith(name):
+                counts[name] = float(line.split()[-1])
+    assert counts.get("queen_timers_fire_lag_seconds_count", 0) >= 1, counts
+    assert counts.get("queen_timers_fired_total", 0) >= 1 and counts.get("queen_sweeper_cycle_seconds_count", 0) >= 1
