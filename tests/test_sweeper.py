@@ -142,7 +142,7 @@ async def test_a_lost_claim_commits_nothing(db):
 async def test_permanent_failures_back_off_then_go_to_the_dlq(db):
     dsn, conn = db
     await schedule(conn, "t1", "q", ["bad"], payloads=[b"not json"], txns=["tx-bad"])
-    sw = sweeper(dsn, max_attempts=3)
+    sw = sweeper(dsn, max_attempts=3, backoff_base_ms=5_000)
     for attempt in (1, 2):
         out = await sw.run_once()
         assert out.backoff == 1
@@ -216,8 +216,9 @@ async def test_only_one_sweeper_fires_at_a_time_and_another_takes_over(db):
     await a.stop()  # closes its connection: the lock goes with it
     assert (await b.run_once()).leader is True
     await b.stop()
-    holder = await conn.fetchval("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = $1",
-                                 LEADER_LOCK & 0xFFFFFFFF)
+    holder = await conn.fetchval(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = $1 "
+        "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())", LEADER_LOCK & 0xFFFFFFFF)
     assert holder == 0
 
 
