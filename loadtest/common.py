@@ -81,11 +81,10 @@ class _Scraper:
             if self.errors <= 3:
                 log.warning("scrape of %s/metrics/prometheus failed: %s", self.env.host, exc)
             return
-        h = s.hist(prom.FIRE_LAG)
         self.points.append({
             "at": s.at,
-            "fire_lag": {"buckets": [[("+Inf" if b == float("inf") else b), c] for b, c in sorted(h.buckets.items())],
-                         "sum": h.sum, "count": h.count},
+            "fire_lag": _hist_json(s.hist(prom.FIRE_LAG)),
+            "sweep_cycle": _hist_json(s.hist(prom.SWEEP_CYCLE)),
             "counters": {k: v for k, v in s.counters.items() if k.split("{")[0] in TIMELINE_COUNTERS},
         })
 
@@ -115,6 +114,11 @@ class _Scraper:
         if opts is not None and opts.prom_out:
             with open(opts.prom_out, "w") as f:
                 json.dump({"host": self.env.host if self.env else None, "points": self.points}, f)
+
+
+def _hist_json(h: prom.Histogram) -> dict[str, Any]:
+    return {"buckets": [[("+Inf" if b == float("inf") else b), c] for b, c in sorted(h.buckets.items())],
+            "sum": h.sum, "count": h.count}
 
 
 def _hist(d: dict[str, Any]) -> prom.Histogram:

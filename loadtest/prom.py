@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 FIRE_LAG = "queen_timers_fire_lag_seconds"
 FIRED = "queen_timers_fired_total"
+SWEEP_CYCLE = "queen_sweeper_cycle_seconds"
 TIMER_OPS = "queen_timers_ops_total"
 PUSHED = "queen_messages_pushed_total"
 EXPIRED = "queen_messages_expired_total"

@@ -77,8 +77,10 @@ def read_timeline(path: Path) -> list[dict[str, Any]]:
     return json.loads(path.read_text()).get("points", [])
 
 
-def hist_of(point: dict[str, Any]) -> prom.Histogram:
-    fl = point["fire_lag"]
+def hist_of(point: dict[str, Any], key: str = "fire_lag") -> prom.Histogram:
+    fl = point.get(key)
+    if not fl:
+        return prom.Histogram()
     return prom.Histogram({float(b): c for b, c in fl["buckets"]}, fl["sum"], fl["count"])
 
 
@@ -88,10 +90,11 @@ def counter_delta(points: list[dict[str, Any]], key: str) -> float:
     return points[-1]["counters"].get(key, 0.0) - points[0]["counters"].get(key, 0.0)
 
 
-def fire_lag_summary(points: list[dict[str, Any]]) -> dict[str, Any]:
+def fire_lag_summary(points: list[dict[str, Any]], key: str = "fire_lag") -> dict[str, Any]:
+    """Quantiles of a scraped histogram over the run (last scrape minus first)."""
     if len(points) < 2:
         return {"count": 0}
-    return (hist_of(points[-1]) - hist_of(points[0])).summary_ms()
+    return (hist_of(points[-1], key) - hist_of(points[0], key)).summary_ms()
 
 
 def lag_series(points: list[dict[str, Any]], window: int = 2) -> list[dict[str, Any]]:
