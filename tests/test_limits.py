@@ -345,3 +345,23 @@ def test_unknown_surface_is_a_programming_error():
 
     with pytest.raises(ValueError):
         asyncio.run(limits.admit(B(), None, "pop", 1))
+
+
+def test_effective_plan_is_the_stricter_value():
+    from broker import limits
+    from broker.config import Settings
+
+    cell = limits.cell_plan(Settings(rate_limit_per_s=0, period_quota_messages=100, storage_quota_bytes=0))
+    assert limits.effective(cell, None) == cell
+    eff = limits.effective(cell, {"rate_limit_per_s": 5, "period_quota_messages": 10, "max_payload_bytes": None,
+                                  "storage_quota_bytes": 0})
+    assert eff.rate_limit_per_s == 5 and eff.period_quota_messages == 10 and eff.storage_quota_bytes == 0
+    assert eff.max_payload_bytes == cell.max_payload_bytes
+    # a stored plan wider than the cell (the cell was narrowed later) has no effect
+    wide = limits.effective(cell, {"period_quota_messages": 1000, "timers_horizon_ms": cell.timers_horizon_ms * 2,
+                                   "rate_limit_per_s": 0})
+    assert wide.period_quota_messages == 100 and wide.timers_horizon_ms == cell.timers_horizon_ms
+    assert wide.rate_limit_per_s == 0
+    assert not limits.narrows("period_quota_messages", 100, 0)  # 0 = unlimited widens a limit
+    assert limits.narrows("rate_limit_per_s", 0, 0) and limits.narrows("rate_limit_per_s", 0, 7)
+    assert eff.timer_payload_ceiling == min(1024 * 1024, eff.max_payload_bytes)
