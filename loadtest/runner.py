@@ -2,6 +2,7 @@
 
     queen loadtest SCENARIO [--url U] [--rate R] [--users N] [--duration D] [--out DIR] [--distributed K]
     queen loadtest capacity --slo-p99-ms 50 [--rates 250,500,1000,...] [--step-duration 20]
+    queen loadtest timers_lag --rate 1000 -- --partitions 8     (after `--`: Locust / scenario options)
 
 Scenarios: ``timers_lag``, ``timers_schedule``, ``push_pop`` (Locust, headless, in a child process) and
 ``outage_deadlines`` (an asyncio program, see its module docstring). Without ``--url`` a broker is
@@ -341,7 +342,6 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--outage-start", type=float, default=7.5, help="outage_deadlines: billing stops at (s)")
     ap.add_argument("--outage", type=float, default=20.0, help="outage_deadlines: billing stays down for (s)")
     ap.add_argument("--drain", type=float, default=15.0, help="outage_deadlines: longest wait for the backlog (s)")
-    ap.add_argument("locust_args", nargs="*", help="extra Locust/scenario options after `--`")
     return ap
 
 
@@ -349,7 +349,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--"]:
         argv = argv[1:]
+    passthrough: list[str] = []
+    if "--" in argv:  # everything after `--` goes to Locust / the scenario's own options
+        cut = argv.index("--")
+        argv, passthrough = argv[:cut], argv[cut + 1:]
     args = build_parser().parse_args(argv)
+    args.locust_args = passthrough
     args.duration_given = args.duration is not None
     spec = LOCUST_SCENARIOS.get(args.scenario, {"users": 4, "duration": 30})
     args.users = args.users or spec["users"]

@@ -42,6 +42,7 @@ def _args(parser: Any) -> None:
                         help="stop scheduling after this many seconds (0: run time minus window minus 2 s)")
     parser.add_argument("--tick-ms", type=int, default=50, help="open-loop tick")
     parser.add_argument("--max-inflight", type=int, default=8, help="schedule requests in flight per user")
+    parser.add_argument("--partitions", type=int, default=1, help="spread each queue's timers over this many partitions")
     parser.add_argument("--queue-prefix", default="lt-lag", help="destination queues are <prefix>-<run>-<n>")
 
 
@@ -98,13 +99,17 @@ class TimerLagUser(FastHttpUser):
 
     def _ops(self, n: int, opts: Any) -> list[dict[str, Any]]:
         ops = []
+        parts = max(1, int(opts.partitions))
         for _ in range(n):
             self.seq += 1
-            ops.append({
+            op = {
                 "op": "schedule", "queue": self.queue, "timerKey": f"k{self.seq}",
                 "delayMs": random.randint(opts.min_delay_ms, max(opts.min_delay_ms, opts.window_ms)),
                 "txn": uuid.uuid4().hex, "payload": b64json({"n": self.seq}),
-            })
+            }
+            if parts > 1:
+                op["partition"] = f"p{self.seq % parts}"
+            ops.append(op)
         return ops
 
     def _send(self, ops: list[dict[str, Any]]) -> None:
