@@ -45,7 +45,7 @@ bound in practice (the bucket is in the database; the switches are pushed by NOT
 
 ``await plan_for(broker, tenant)`` returns the tenant's effective ``Plan``: each field the minimum of the
 cell default (Settings) and the tenant's own plan, which can only narrow it (for the fields where 0
-means unlimited — rate, period quota, storage — a limit is narrower than 0). A PUT of a plan that would
+means unlimited — timer rows, rate, period quota, storage — a limit is narrower than 0). A PUT of a plan that would
 widen the cell is refused with 400 ``plan_widens_cell``; a cell narrowed later still wins, because the
 effective value is always the minimum.
 """
@@ -87,7 +87,7 @@ class Plan:
 
 PLAN_FIELDS = tuple(f.name for f in fields(Plan))
 # Fields where 0 means "unlimited" (so any positive tenant value narrows a 0 cell value).
-ZERO_UNLIMITED = frozenset({"rate_limit_per_s", "period_quota_messages", "storage_quota_bytes"})
+ZERO_UNLIMITED = frozenset({"timers_row_quota", "rate_limit_per_s", "period_quota_messages", "storage_quota_bytes"})
 
 
 def cell_plan(settings: Any) -> Plan:
@@ -275,7 +275,7 @@ async def admit(broker: Any, principal: Any, surface: str, ops: int) -> None:
                       code="storage_quota_exceeded"),
             surface,
         )
-    if surface == "timers":
+    if surface == "timers" and plan.timers_row_quota:
         pending = st.timers_pending + st.local_timers
         if pending >= plan.timers_row_quota or pending + ops > plan.timers_row_quota:
             raise _refuse(

@@ -275,7 +275,7 @@ def test_delete_still_cancels_while_every_rung_is_on(lb, admin):
         for key in ("a", "b/c"):
             assert schedule(c, "q", key).status_code == 200
         assert kv_put(c, "big", "x" * 500).status_code == 200
-        set_plan(admin, t, timersRowQuota=0, periodQuotaMessages=1, storageQuotaBytes=1, rateLimitPerS=1)
+        set_plan(admin, t, timersRowQuota=1, periodQuotaMessages=1, storageQuotaBytes=1, rateLimitPerS=1)
         admin.post(f"/api/v1/admin/tenants/{t}/timers-paused", json={"paused": True})
         admin.post("/api/v1/admin/cluster/suspended", json={"suspended": True})
         try:
