@@ -7,6 +7,7 @@ from conformance.plugin import (  # noqa: F401  (hooks and fixtures are found by
     api_consume_only,
     api_produce_only,
     hooks,
+    measure,
     pytest_addoption,
     pytest_collection_modifyitems,
     pytest_configure,

@@ -61,6 +61,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--queen-report", default=None, help="write a JSON report (per test and per contract) here")
     g.addoption("--queen-contract", action="append", default=[],
                 help="run only the tests tagged with this contract id (repeatable)")
+    g.addoption("--queen-shuffle", type=int, default=None, metavar="SEED",
+                help="run the tests in a random order (seeded): the tests are independent")
     g.addoption("--queen-fire-timeout", type=float, default=20.0,
                 help="seconds to wait for a timer to fire / land in the DLQ (default 20)")
     g.addoption("--queen-lag-budget-ms", type=float, default=1000.0,
@@ -69,7 +71,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "contract(*ids): contract ids of the conformance catalogue a test checks")
-    config.stash[REPORT_KEY] = {"tests": {}, "contracts_of": {}}
+    config.stash[REPORT_KEY] = {"tests": {}, "contracts_of": {}, "measurements": {}}
 
 
 # ------------------------------------------------------------------------------------------ collection
@@ -99,6 +101,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+    seed = config.getoption("--queen-shuffle")
+    if seed is not None:
+        import random
+
+        random.Random(seed).shuffle(items)
 
 
 def contract_index() -> dict[str, list[str]]:
@@ -219,6 +226,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         if r.status != "passed" and r.reasons:
             line += f"  -- {r.reasons[0][:160]}"
         tr.write_line(line, red=r.status == "failed", yellow=r.status == "not_verified", green=r.status == "passed")
+    for name, value in state["measurements"].items():
+        tr.write_line(f"measured: {name} = {value}")
     strict = config.getoption("--queen-strict")
     tr.write_line(
         f"contracts: {counts['passed']} passed, {counts['failed']} failed, {counts['not_verified']} not verified"
@@ -230,6 +239,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         out = {
             "contracts": {cid: {"status": r.status, "tests": r.tests, "reasons": r.reasons} for cid, r in results.items()},
             "tests": state["tests"],
+            "measurements": state["measurements"],
             "strict": bool(strict),
         }
         Path(path).write_text(json.dumps(out, indent=1, sort_keys=True))
@@ -325,6 +335,16 @@ def hooks(target: Target, api: Api) -> Any:
     h = Hooks(api)
     h.probe()
     return h
+
+
+@pytest.fixture
+def measure(pytestconfig: pytest.Config) -> Any:
+    """``measure(name, value)``: a number worth reading (e.g. fire lag), printed in the summary and kept
+    in the JSON report. Never a verdict by itself."""
+    def record(name: str, value: Any) -> None:
+        pytestconfig.stash[REPORT_KEY]["measurements"][name] = value
+
+    return record
 
 
 @pytest.fixture

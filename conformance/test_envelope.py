@@ -67,47 +67,74 @@ def test_no_credential(api, target):
     assert_envelope(resp)
 
 
-GARBAGE = [
-    ("POST", "/api/v1/timers", {"operations": None}),
-    ("POST", "/api/v1/timers", {"operations": [None, 1, "x", []]}),
-    ("POST", "/api/v1/timers", {"operations": [{"op": "schedule", "queue": {"a": 1}, "timerKey": [1], "delayMs": 1e30,
-                                                "txn": 5, "payload": 7}]}),
-    ("POST", "/api/v1/timers", {"operations": [{"op": "schedule", "queue": "q", "timerKey": "k", "delayMs": 2 ** 70,
-                                                "txn": "t", "payload": ""}]}),
-    ("POST", "/api/v1/timers", {"operations": [{"op": "schedule", "queue": "q\u0000", "timerKey": "k\u0000",
-                                                "delayMs": 1, "txn": "t", "payload": "AA=="}]}),
-    ("POST", "/api/v1/timers", {"operations": [{"op": "cancel", "queue": "q" * 5000, "timerKey": "k" * 70000}]}),
-    ("POST", "/api/v1/timers", {"operations": [{"op": "schedule", "queue": "q", "timerKey": "k", "delayMs": -2 ** 63,
-                                                "txn": "t", "payload": "AA==", "partition": ""}]}),
-    ("GET", "/api/v1/timers/q?limit=abc&after=%00", None),
-    ("GET", "/api/v1/timers/q/k%00", None),
-    ("DELETE", "/api/v1/timers/q/k?txn=%00%ff", None),
-    ("POST", "/api/v1/kv", {"operations": [{"op": "get"}]}),
-    ("POST", "/api/v1/kv", {"operations": [{"op": "incr", "ns": "a", "key": "k", "delta": "1e400", "forever": True}]}),
-    ("POST", "/api/v1/kv", {"operations": [{"op": "incr", "ns": "a", "key": "k", "delta": 1e308, "forever": True},
-                                           {"op": "incr", "ns": "a", "key": "k2", "delta": 2 ** 80, "forever": True}]}),
-    ("POST", "/api/v1/kv", {"operations": [{"op": "put", "ns": "a", "key": "k\u0000", "value": "\u0000", "forever": True}]}),
-    ("POST", "/api/v1/kv", {"operations": [{"op": "put", "ns": "a", "key": "k", "value": 1, "ttlSeconds": 2 ** 62}]}),
-    ("POST", "/api/v1/kv", {"operations": [{"op": "getMany", "ns": "a", "keys": "k"}]}),
-    ("POST", "/api/v1/kv", {"operations": [{"op": "check", "ns": "a", "key": "k", "expect": 2 ** 70}]}),
-    ("POST", "/api/v1/push", {"items": [{"queue": None, "payload": 1}]}),
-    ("POST", "/api/v1/push", {"items": [{"queue": "q\u0000", "partition": "p\u0000", "payload": "\u0000",
-                                         "transactionId": "t\u0000"}]}),
-    ("POST", "/api/v1/push", {"items": "nope"}),
-    ("POST", "/api/v1/push", {"items": [{"queue": "q", "payload": 1, "deadlineMs": 2 ** 70}]}),
-    ("GET", "/api/v1/pop/queue/q?batch=-1&timeout=abc&wait=maybe", None),
-    ("GET", "/api/v1/messages/lookup?queue=&txn=", None),
-    ("GET", "/api/v1/dlq?limit=-3&offset=x", None),
-    ("POST", "/api/v1/dlq/not-an-id/replay", None),
-    ("POST", "/api/v1/transaction", {"operations": [{"type": "bogus"}], "timers": "x", "kv": 3}),
-]
+def garbage(ns: str) -> list[tuple[str, str, object]]:
+    """Requests a client can send that no broker may answer with a 500. ``ns`` keeps each run's KV keys
+    apart, so stateful cases (a counter pushed past the float range in two calls) behave the same on
+    every run."""
+    return [
+        ("POST", "/api/v1/timers", {"operations": None}),
+        ("POST", "/api/v1/timers", {"operations": [None, 1, "x", []]}),
+        ("POST", "/api/v1/timers", {"operations": [{"op": "schedule", "queue": {"a": 1}, "timerKey": [1], "delayMs": 1e30,
+                                                    "txn": 5, "payload": 7}]}),
+        ("POST", "/api/v1/timers", {"operations": [{"op": "schedule", "queue": "q", "timerKey": "k", "delayMs": 2 ** 70,
+                                                    "txn": "t", "payload": ""}]}),
+        ("POST", "/api/v1/timers", {"operations": [{"op": "schedule", "queue": "q\u0000", "timerKey": "k\u0000",
+                                                    "delayMs": 1, "txn": "t", "payload": "AA=="}]}),
+        ("POST", "/api/v1/timers", {"operations": [{"op": "cancel", "queue": "q" * 5000, "timerKey": "k" * 70000}]}),
+        ("POST", "/api/v1/timers", {"operations": [{"op": "schedule", "queue": "q", "timerKey": "k", "delayMs": -2 ** 63,
+                                                    "txn": "t", "payload": "AA==", "partition": ""}]}),
+        ("GET", "/api/v1/timers/q?limit=abc&after=%00", None),
+        ("GET", "/api/v1/timers/q/k%00", None),
+        ("DELETE", "/api/v1/timers/q/k?txn=%00%ff", None),
+        ("POST", "/api/v1/kv", {"operations": [{"op": "get"}]}),
+        ("POST", "/api/v1/kv", {"operations": [{"op": "incr", "ns": "a", "key": "k", "delta": "1e400", "forever": True}]}),
+        ("POST", "/api/v1/kv", {"operations": [{"op": "incr", "ns": ns, "key": "f", "delta": 1e308, "forever": True},
+                                               {"op": "incr", "ns": ns, "key": "i", "delta": 2 ** 80, "forever": True}]}),
+        ("POST", "/api/v1/kv", {"operations": [{"op": "incr", "ns": ns, "key": "f", "delta": 1e308, "forever": True}]}),
+        ("POST", "/api/v1/kv", {"operations": [{"op": "incr", "ns": ns, "key": "f", "delta": -1e308, "min": -1e308,
+                                               "forever": True}]}),
+        ("POST", "/api/v1/kv", {"operations": [{"op": "put", "ns": "a", "key": "k\u0000", "value": "\u0000", "forever": True}]}),
+        ("POST", "/api/v1/kv", {"operations": [{"op": "put", "ns": "a", "key": "k", "value": 1, "ttlSeconds": 2 ** 62}]}),
+        ("POST", "/api/v1/kv", {"operations": [{"op": "getMany", "ns": "a", "keys": "k"}]}),
+        ("POST", "/api/v1/kv", {"operations": [{"op": "check", "ns": "a", "key": "k", "expect": 2 ** 70}]}),
+        ("POST", "/api/v1/push", {"items": [{"queue": None, "payload": 1}]}),
+        ("POST", "/api/v1/push", {"items": [{"queue": "q\u0000", "partition": "p\u0000", "payload": "\u0000",
+                                             "transactionId": "t\u0000"}]}),
+        ("POST", "/api/v1/push", {"items": "nope"}),
+        ("POST", "/api/v1/push", {"items": [{"queue": "q", "payload": 1, "deadlineMs": 2 ** 70}]}),
+        ("GET", "/api/v1/pop/queue/q?batch=-1&timeout=abc&wait=maybe", None),
+        ("GET", "/api/v1/messages/lookup?queue=&txn=", None),
+        ("GET", "/api/v1/dlq?limit=-3&offset=x", None),
+        ("POST", "/api/v1/dlq/not-an-id/replay", None),
+        ("POST", "/api/v1/transaction", {"operations": [{"type": "bogus"}], "timers": "x", "kv": 3}),
+        ("POST", "/api/v1/transaction", {"operations": [], "requiredLeases": ["not-a-lease", 5]}),
+        ("POST", "/api/v1/transaction", {"operations": [{"type": "ack", "transactionId": 5, "partitionId": "x",
+                                                         "leaseId": "y"}]}),
+        ("POST", "/api/v1/ack", {"transactionId": 5, "partitionId": "not-a-partition", "status": "completed",
+                                 "leaseId": "zz"}),
+        ("POST", "/api/v1/ack/batch", {"acknowledgments": [{"transactionId": "t", "partitionId": "p" * 300,
+                                                            "status": "explode"}]}),
+        ("POST", "/api/v1/lease/not-a-lease/extend", None),
+        ("POST", "/api/v1/configure", {"queue": "q", "options": {"leaseTime": -1, "retryLimit": 1e99}}),
+        ("POST", "/api/v1/configure", {"queue": ["q"], "options": "x"}),
+        ("DELETE", "/api/v1/resources/queues/%00", None),
+        ("GET", "/api/v1/messages/not-a-partition/txn", None),
+        ("GET", "/api/v1/pop/queue/q?timeout=99999999999999999999&batch=99999999999999999999", None),
+        ("GET", f"/api/v1/timers/q?after=%00&limit={2 ** 70}", None),
+        ("POST", "/api/v1/kv", {"operations": [{"op": "getPrefix", "ns": ns, "prefix": "p", "limit": 2 ** 70,
+                                               "after": "\u0000"}]}),
+        ("POST", "/api/v1/timers", {"operations": [{"op": "schedule", "queue": "q", "timerKey": "z", "delayMs": 1,
+                                                    "txn": "t", "payload": "AA==", "payloadZstd": "yes"}]}),
+        ("POST", "/api/v1/push", {"items": [{"queue": "q", "payload": [[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]],
+                                             "partition": "p" * 70000}]}),
+    ]
 
 
 @contract("ENV-NO-500", "ENV-SHAPE")
 def test_no_500_on_garbage(api, target):
     raw = target.raw()
     bad = []
-    for method, path, payload in GARBAGE:
+    for method, path, payload in garbage(f"cf-{uniq('g')[-12:]}"):
         resp = raw.request(method, path, json=payload, headers=_auth(api))
         if resp.status_code >= 500 and resp.status_code != 503:
             bad.append(f"{method} {path} {str(payload)[:80]} -> {resp.status_code} {resp.text[:120]}")

@@ -88,13 +88,15 @@ def refused_schedule(api, q: str, status: int, code: str) -> httpx.Response:
 
     resp = until_status(attempt, (status,), f"schedule refused with {status} {code}")
     expect_error(resp, status, code)
+    hint = resp.headers.get(HINT)
+    assert hint and "DELETE" in hint, f"a refused schedule ({status} {code}) carries the x-queen-timers-hint header"
     return resp
 
 
 # ----------------------------------------------------------------------------- rung codes
 
 
-@contract("LIM-RATE-LIMITED", "TMR-RUNG-CLASSES")
+@contract("LIM-RATE-LIMITED", "TMR-RUNG-CLASSES", "TMR-BLOCKED-HINT")
 def test_rate_limited(api, admin, tenant_a):
     q = uniq("q")
     with rung(admin, api, "rate", tenant_a):
@@ -117,7 +119,7 @@ def test_period_quota(api, admin, tenant_a):
         assert ra is not None and ra.strip().isdigit(), f"quota_exceeded without Retry-After seconds: {resp.headers}"
 
 
-@contract("LIM-STORAGE-QUOTA", "LIM-REFUSAL-CHANGES-NOTHING")
+@contract("LIM-STORAGE-QUOTA", "LIM-REFUSAL-CHANGES-NOTHING", "TMR-BLOCKED-HINT")
 def test_storage_quota(api, admin, tenant_a):
     q = uniq("q")
     expect(push_one(api, q), (200, 201))
@@ -134,7 +136,7 @@ def test_storage_quota(api, admin, tenant_a):
         refused_schedule(api, q, 403, "storage_quota_exceeded")
 
 
-@contract("LIM-TIMERS-QUOTA")
+@contract("LIM-TIMERS-QUOTA", "TMR-BLOCKED-HINT")
 def test_timer_row_quota(api, admin, tenant_a):
     q = uniq("q")
     with rung(admin, api, "timers_quota", tenant_a):
@@ -156,7 +158,7 @@ def test_timer_row_quota(api, admin, tenant_a):
         expect(push_one(api, q), (200, 201))
 
 
-@contract("LIM-TIMERS-PAUSED", "TMR-RUNG-CLASSES")
+@contract("LIM-TIMERS-PAUSED", "TMR-RUNG-CLASSES", "TMR-BLOCKED-HINT")
 def test_timers_paused(api, admin, tenant_a):
     q = uniq("q")
     with rung(admin, api, "paused", tenant_a):
@@ -165,7 +167,7 @@ def test_timers_paused(api, admin, tenant_a):
         expect(push_one(api, q), (200, 201))  # the timers surface only
 
 
-@contract("LIM-CLUSTER-SUSPENDED")
+@contract("LIM-CLUSTER-SUSPENDED", "TMR-BLOCKED-HINT")
 def test_cluster_suspended(api, admin, tenant_a):
     q = uniq("q")
     with rung(admin, api, "suspended", tenant_a):
@@ -174,7 +176,7 @@ def test_cluster_suspended(api, admin, tenant_a):
         refused_schedule(api, q, 403, "cluster_suspended")
 
 
-@contract("TMR-RUNG-CLASSES", "TMR-CANCEL-PASSES-DISABLED")
+@contract("TMR-RUNG-CLASSES", "TMR-CANCEL-PASSES-DISABLED", "TMR-BLOCKED-HINT")
 def test_scheduling_disabled_is_503(api, admin, tenant_a):
     q, k = uniq("q"), uniq("k")
     api.schedule(q, k, delay_ms=600_000)
