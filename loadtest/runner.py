@@ -42,6 +42,17 @@ SCENARIOS = (*LOCUST_SCENARIOS, "outage_deadlines", "capacity")
 DEFAULT_CAPACITY_RATES = (100, 250, 500, 750, 1000, 1500, 2000, 3000, 4000, 6000)
 
 
+def machine(load_start: tuple[float, float, float] | None = None) -> dict[str, Any]:
+    """CPU count and 1-minute load average (at start and now): the context of every number on a shared box."""
+    now = os.getloadavg()
+    return {"cpus": os.cpu_count(), "loadavg_1m_start": None if load_start is None else round(load_start[0], 2),
+            "loadavg_1m_end": round(now[0], 2)}
+
+
+def machine_line(m: dict[str, Any]) -> str:
+    return f"machine: {m['cpus']} CPUs, 1-min load average {m['loadavg_1m_start']} at start, {m['loadavg_1m_end']} at end"
+
+
 # ---- the broker under test
 @contextlib.contextmanager
 def target(url: str | None, broker_workers: int, log_dir: Path) -> Iterator[str]:
@@ -214,8 +225,10 @@ def write_locust_report(scenario: str, out: Path, args: argparse.Namespace, url:
             ("acked msgs/s", report.items_rate_series(history, "POST", "POST /api/v1/ack/batch")),
         ], None, "push_pop: messages per second", "messages per second"))
     summary["plots"] = [str(p) for p in plots if p]
+    summary["machine"] = machine(args.load_start)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     print(f"\n== {scenario}: {url}, {args.users} users, {args.duration:g} s ==")
+    print(machine_line(summary["machine"]))
     print(report.stats_table(stats))
     if scenario == "timers_lag":
         print()
@@ -236,6 +249,7 @@ def _capacity_step(args: argparse.Namespace, url: str, out: Path, rate: float, a
     step_out.mkdir(parents=True, exist_ok=True)
     users = max(2, min(16, int(rate // 250) + 2))
     extra = ["--timer-rate", str(rate), "--window-ms", str(args.window_ms)]
+    load_start = os.getloadavg()
     rc = run_locust("timers_lag", url, users, args.step_duration, step_out, extra)
     s = summarize_timers_lag(step_out, rate, args.step_duration, args.window_ms)
     p99 = s["fire_lag"].get("p99_ms")
@@ -250,11 +264,13 @@ def _capacity_step(args: argparse.Namespace, url: str, out: Path, rate: float, a
         reasons.append(f"fired {s['fire_rate']:g}/s < {args.hold_fraction:.0%} of target")
     step = {"target_rate": rate, "attempt": attempt + 1, "users": users, "locust_exit_code": rc, "held": not reasons,
             "reasons": reasons, **{k: s[k] for k in ("schedule_rate", "fire_rate", "scheduled", "fired", "fire_lag",
-                                                    "delivery_lag", "sweep_cycle", "schedule_failures")}}
+                                                    "delivery_lag", "sweep_cycle", "schedule_failures")},
+            "machine": machine(load_start)}
     fl, sc = s["fire_lag"], s["sweep_cycle"]
     print(f"capacity: {rate:>7g}/s{' (again)' if attempt else ''}  scheduled {s['schedule_rate']:>8g}/s  "
           f"fired {s['fire_rate']:>8g}/s  fire lag p50 {fl.get('p50_ms')} p99 {fl.get('p99_ms')} ms  "
-          f"sweep cycle p99 {sc.get('p99_ms')} ms  -> {'held' if not reasons else 'BROKE: ' + '; '.join(reasons)}",
+          f"sweep cycle p99 {sc.get('p99_ms')} ms  load {step['machine']['loadavg_1m_end']}  "
+          f"-> {'held' if not reasons else 'BROKE: ' + '; '.join(reasons)}",
           flush=True)
     return step
 
@@ -281,6 +297,7 @@ def capacity(args: argparse.Namespace, url: str, out: Path) -> dict[str, Any]:
               "highest_rate_held": held["target_rate"] if held else None, "broke_at": broke, "steps": steps, "url": url}
     plot = report.plot_capacity(out, steps, args.slo_p99_ms)
     result["plots"] = [str(plot)] if plot else []
+    result["machine"] = machine(args.load_start)
     (out / "summary.json").write_text(json.dumps(result, indent=2, default=str))
     rows = [[f"{s['target_rate']:g}" + (f" #{s['attempt']}" if s["attempt"] > 1 else ""), s["schedule_rate"], s["fire_rate"], s["fire_lag"].get("p50_ms"),
              s["fire_lag"].get("p99_ms"), s["delivery_lag"].get("p99_ms"), s["sweep_cycle"].get("p99_ms"),
@@ -297,6 +314,7 @@ def capacity(args: argparse.Namespace, url: str, out: Path) -> dict[str, Any]:
         print(f"broke at {broke['target_rate']:g}/s: {'; '.join(broke['reasons'])}")
     elif held:
         print("the last step still held: raise --rates to find the break")
+    print(machine_line(result["machine"]))
     print(f"written: {out}/")
     return result
 
@@ -308,9 +326,11 @@ def run_outage(args: argparse.Namespace, url: str, out: Path) -> dict[str, Any]:
                   timeout=args.timeout, retries=args.retries, outage_start=args.outage_start, outage=args.outage,
                   drain=args.drain)
     result = od.run_both(p)
+    result["machine"] = machine(args.load_start)
     (out / "summary.json").write_text(json.dumps(result, indent=2, default=str))
     print(f"\n== outage_deadlines: {url} ==")
     print(od.table(result))
+    print(machine_line(result["machine"]))
     print(f"\nwritten: {out}/summary.json")
     return result
 
@@ -356,6 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.locust_args = passthrough
     args.duration_given = args.duration is not None
+    args.load_start = os.getloadavg()
     spec = LOCUST_SCENARIOS.get(args.scenario, {"users": 4, "duration": 30})
     args.users = args.users or spec["users"]
     args.duration = float(args.duration or spec["duration"])
