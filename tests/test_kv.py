@@ -366,3 +366,20 @@ def test_path_routes(http):
     assert r.status_code == 200 and r.json()["applied"] is False and r.json()["reason"] == "absent"
     r = http.get(f"/api/v1/kv/{ns}/a/b/c")
     assert r.status_code == 404 and r.json()["error"] == "kv_key_not_found"
+
+
+async def test_database_trouble_is_kv_unavailable():
+    import asyncpg
+
+    from broker.errors import Unavailable
+    from broker.http.kv import apply_db
+
+    async def failing(exc):
+        raise exc
+
+    for exc, reason in ((ConnectionError("gone"), "connection"), (TimeoutError(), "kv_timeout"),
+                        (asyncpg.DeadlockDetectedError("deadlock"), "kv_conflict")):
+        with pytest.raises(Unavailable) as e:
+            await apply_db(failing(exc))
+        assert e.value.status == 503 and e.value.code == "kv_unavailable" and e.value.reason == reason
+        assert e.value.headers["Retry-After"] == "1"

@@ -25,20 +25,45 @@ The key segment is a catch-all: ``a/b/c`` is one key. Grants: writes need ``prod
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Any
 
+import asyncpg
 import orjson
 from aiohttp import web
 
 from broker import limits
 from broker.app import BROKER, principal
-from broker.errors import ApiError, NotFound
+from broker.errors import ApiError, NotFound, Unavailable
 from broker.http.wire import json_response, read_json
 from broker.kv import pruner, store
 from broker.kv.ops import CODE, KvCall, bad, check_key, check_ns, parse_body, parse_ops
 from broker.kv.rider import RIDER, require_grants
 
 __all__ = ["RIDER", "setup"]
+
+_DB_DOWN = (
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.TooManyConnectionsError,
+    ConnectionError,
+    OSError,
+)
+_DB_RETRY = (asyncpg.SerializationError, asyncpg.DeadlockDetectedError)
+
+
+async def apply_db(work: Awaitable[store.Applied]) -> store.Applied:
+    """Run the database part of a KV call; a database that cannot answer is 503 ``kv_unavailable``
+    (reason ``connection``, ``kv_timeout`` or ``kv_conflict``) with Retry-After: not the caller's fault."""
+    try:
+        return await work
+    except _DB_RETRY as exc:
+        raise Unavailable("kv_conflict", f"the database asked to retry ({type(exc).__name__})", code="kv_unavailable") from None
+    except TimeoutError:  # before OSError, of which it is a subclass
+        raise Unavailable("kv_timeout", "the database did not answer in time", code="kv_unavailable") from None
+    except _DB_DOWN as exc:
+        raise Unavailable("connection", f"the database is unreachable ({type(exc).__name__})", code="kv_unavailable") from None
 
 
 async def kv_batch(request: web.Request) -> web.Response:
@@ -56,7 +81,7 @@ async def _run(request: web.Request, call: KvCall, *, batch: bool) -> web.Respon
     require_grants(p, call)
     if call.writes:
         await limits.admit(b, p, "kv_write", call.writes)
-    done = await store.apply(b.require_pool(), p.tenant, call)
+    done = await apply_db(store.apply(b.require_pool(), p.tenant, call))
     if done.abort is not None:
         return json_response(store.precondition_body(done.abort))
     return json_response({"results": done.results})
@@ -121,7 +146,7 @@ async def kv_get(request: web.Request) -> web.StreamResponse:
     call = parse_ops([{"op": "get", "ns": ns, "key": key}], max_ops=1)
     p = principal(request)
     require_grants(p, call)
-    done = await store.apply(request.app[BROKER].require_pool(), p.tenant, call)
+    done = await apply_db(store.apply(request.app[BROKER].require_pool(), p.tenant, call))
     r = done.results[0]
     if not r["found"]:
         raise NotFound("kv_key_not_found", f"no live key {key!r} in namespace {ns!r}", code="kv_key_not_found")
@@ -179,7 +204,7 @@ async def _write(request: web.Request, op: dict[str, Any]) -> web.Response:
     call = parse_ops([op], max_ops=1)
     require_grants(p, call)
     await limits.admit(b, p, "kv_write", 1)
-    done = await store.apply(b.require_pool(), p.tenant, call)
+    done = await apply_db(store.apply(b.require_pool(), p.tenant, call))
     r = done.results[0]
     if not r["applied"] and "expect" in op:
         raise _precondition_lost(r)
