@@ -237,6 +237,8 @@ CONTRACTS: tuple[C, ...] = (
     C("TMR-DLQ-REPLAY-REFUSED", f"{TR} / Timers that keep failing",
       "Replaying that DLQ row is refused explicitly (409 dlq_replay_refused)."),
     # ---------------------------------------------------------------- PROTOCOL §3 timer wire details
+    C("TMR-PAST-DELAY", "PROTOCOL.md §3.1",
+      "A zero or negative delayMs is legal: the timer is due at once and fires on the first cycle."),
     C("TMR-INDEX-ALIGNED", "PROTOCOL.md §3.2",
       "Timer results are index-aligned: results[i] answers operations[i]."),
     C("TMR-BAD-BATCH-CHANGES-NOTHING", "PROTOCOL.md §3.4 / house rules",

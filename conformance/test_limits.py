@@ -50,7 +50,9 @@ def rung(admin, api, name: str, tenant: str) -> Iterator[None]:
     elif name == "storage":
         admin.set_plan(tenant, storageQuotaBytes=1)
     elif name == "timers_quota":
-        admin.set_plan(tenant, timersRowQuota=1)
+        # one more than what is pending now (the tenant may hold timers of its own on a shared target)
+        pending = api.usage().get("timersPending")
+        admin.set_plan(tenant, timersRowQuota=(pending if isinstance(pending, int) else 0) + 1)
     elif name == "paused":
         admin.timers_paused(tenant, True)
     elif name == "suspended":
@@ -77,16 +79,30 @@ def rung(admin, api, name: str, tenant: str) -> Iterator[None]:
         api.cancel(probe_q, k)
 
 
-def refused_schedule(api, q: str, status: int, code: str) -> httpx.Response:
-    """Poll a one-op schedule until it is refused with status/code; returns the refusal."""
+def until_schedule_refused(api, q: str, statuses: tuple[int, ...], what: str,
+                           keep: list[str] | None = None) -> httpx.Response:
+    """Poll a one-op schedule until it is refused. What it schedules meanwhile stays pending until the
+    refusal (so a row quota fills up) and is cancelled afterwards, or handed to ``keep`` to cancel later."""
+    made: list[str] = [] if keep is None else keep
+
     def attempt() -> httpx.Response:
         k = uniq("k")
         resp = api.timers([api.schedule_op(q, k, delay_ms=600_000)])
         if resp.status_code == 200:
-            api.cancel(q, k)
+            made.append(k)
         return resp
 
-    resp = until_status(attempt, (status,), f"schedule refused with {status} {code}")
+    try:
+        return until_status(attempt, statuses, what)
+    finally:
+        if keep is None:
+            for k in made:
+                api.cancel(q, k)
+
+
+def refused_schedule(api, q: str, status: int, code: str) -> httpx.Response:
+    """Poll a one-op schedule until it is refused with status/code; returns the refusal."""
+    resp = until_schedule_refused(api, q, (status,), f"schedule refused with {status} {code}")
     expect_error(resp, status, code)
     hint = resp.headers.get(HINT)
     assert hint and "DELETE" in hint, f"a refused schedule ({status} {code}) carries the x-queen-timers-hint header"
@@ -134,6 +150,10 @@ def test_storage_quota(api, admin, tenant_a):
         expect_error(resp, 403, "storage_quota_exceeded")
         assert api.lookup(q, txn)["found"] is False, "a refused push stores nothing"
         refused_schedule(api, q, 403, "storage_quota_exceeded")
+        ns = f"cf-{uuid.uuid4().hex[:8]}"
+        kv = api.kv([{"op": "put", "ns": ns, "key": "k", "value": 1, "forever": True}])
+        expect_error(kv, 403, "storage_quota_exceeded")
+        assert api.kv_ok([{"op": "get", "ns": ns, "key": "k"}])[0]["found"] is False, "reads pass, nothing written"
 
 
 @contract("LIM-TIMERS-QUOTA", "TMR-BLOCKED-HINT")
@@ -151,11 +171,16 @@ def test_timer_row_quota(api, admin, tenant_a):
                 break
             assert time.monotonic() < deadline, "the timer-row quota never refused"
             time.sleep(0.05)
-        for k in made:
-            api.cancel(q, k)
         expect_error(resp, 403, "timers_quota_exceeded")
         assert resp.headers.get(HINT), "a refused schedule carries the x-queen-timers-hint header"
         expect(push_one(api, q), (200, 201))
+        # the quota counts pending rows: cancelling frees it (the quota is cyclic, not permanent)
+        for k in made:
+            assert expect(api.cancel(q, k), 200)["status"] == "cancelled"
+        again = uniq("k")
+        until_status(lambda: api.timers([api.schedule_op(q, again, delay_ms=600_000)]), (200,),
+                     "scheduling again once the pending rows are cancelled")
+        api.cancel(q, again)
 
 
 @contract("LIM-TIMERS-PAUSED", "TMR-RUNG-CLASSES", "TMR-BLOCKED-HINT")
@@ -202,10 +227,12 @@ def test_delete_passes_every_rung(api, admin, tenant_a):
             # make sure the rung is really on before cancelling under it
             if name in ("rate", "quota", "storage", "suspended"):
                 until_status(lambda: push_one(api, q), (403, 429), f"rung {name} on")
-            else:
-                until_status(lambda: api.timers([api.schedule_op(q, uniq("x"), delay_ms=600_000)]), (403,),
-                             f"rung {name} on")
+            filled: list[str] = []  # the timer-row quota stays full while the DELETE runs
+            if name not in ("rate", "quota", "storage", "suspended"):
+                until_schedule_refused(api, q, (403,), f"rung {name} on", keep=filled)
             resp = api.cancel(q, keys[name])
+            for k in filled:
+                api.cancel(q, k)
             assert resp.status_code == 200, f"DELETE refused under rung {name}: {resp.status_code} {resp.text[:200]}"
             c = resp.json()
             assert c["ok"] is True and c["status"] == "cancelled", f"under {name}: {c}"
@@ -218,15 +245,17 @@ def test_mixed_batch_refused_whole(api, admin, tenant_a):
     existing, new = uniq("old"), uniq("new")
     api.schedule(q, existing, delay_ms=600_000)
     with rung(admin, api, "paused", tenant_a):
+        until_schedule_refused(api, uniq("probe"), (403,), "the paused schedule in force")
         mixed = [{"op": "cancel", "queue": q, "timerKey": existing}, api.schedule_op(q, new, delay_ms=600_000)]
-        resp = until_status(lambda: api.timers(mixed), (403,), "mixed batch on a paused schedule")
+        resp = api.timers(mixed)
+        assert resp.status_code == 403, f"mixed batch on a paused schedule: {resp.status_code} {resp.text[:200]}"
         assert_envelope(resp)
         hint = resp.headers.get(HINT)
         assert hint and "DELETE" in hint and "/api/v1/timers" in hint, f"the hint names the DELETE route: {hint!r}"
         assert api.peek_ok(q, existing)["found"] is True, "the cancel half must not be applied silently"
         assert api.peek_ok(q, new)["found"] is False, "the schedule half must not be applied"
-        only_cancel = until_status(lambda: api.timers([{"op": "cancel", "queue": q, "timerKey": existing}]), (403,),
-                                   "a cancel-only batch has the schedule route's authorization")
+        only_cancel = api.timers([{"op": "cancel", "queue": q, "timerKey": existing}])
+        assert only_cancel.status_code == 403, "a cancel-only batch has the schedule route's authorization"
         assert only_cancel.headers.get(HINT)
         assert expect(api.cancel(q, existing), 200)["status"] == "cancelled"
 

@@ -27,6 +27,7 @@ def test_frame_carries_schedule_identity(api):
     msgs = api.drain(q)
     assert len(msgs) == 1 and msgs[0]["id"] == r["messageId"] and msgs[0]["transactionId"] == txn, msgs
     assert msgs[0]["data"] == {"hello": "frame"}
+    assert msgs[0].get("partition") == "Default", "no partition given: the frame lands in Default"
     expected_sub = api.sub if api.sub else peek_sub
     if expected_sub is None:
         not_verified("cannot tell the scheduler's authenticated sub (no JWT sub claim, peek shows none)")
@@ -150,6 +151,9 @@ def test_cancel_of_claimed_timer_is_too_late(api, hooks):
         assert resp.status_code == 200, f"too_late is a verdict: HTTP 200, got {resp.status_code} {resp.text[:200]}"
         c = resp.json()
         assert c["status"] == "too_late" and c["ok"] is False, c
+        batch = api.timers([{"op": "cancel", "queue": q, "timerKey": k, "txn": txn}])
+        assert batch.status_code == 200, f"too_late in a batch is HTTP 200, got {batch.status_code}"
+        assert batch.json()["results"][0]["status"] == "too_late", batch.text
         other = api.schedule(q, uniq("k2"), delay_ms=600_000)
         assert other["ok"] is True, "the remedy is a new key"
         expect(api.cancel(q, other["timerKey"]), 200)

@@ -51,7 +51,7 @@ def test_list_shape(api):
     assert [r["timerKey"] for r in data["rows"]] == keys
     for r in data["rows"]:
         assert "payload" not in r, f"list rows carry no payload: {r}"
-        assert r["queue"] == q and "deliverAt" in r and "txn" in r
+        assert r["queue"] == q and "deliverAt" in r and "txn" in r and r.get("claimed") is False, r
     _cancel_all(api, q, keys)
 
 

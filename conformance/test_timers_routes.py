@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 
 import pytest
@@ -78,6 +79,10 @@ def test_delete_cancels(api):
     assert c["ok"] is True and c["status"] == "cancelled", c
     assert c["queue"] == q and c["timerKey"] == k and c["txn"] == s["txn"], c
     assert api.peek_ok(q, k)["found"] is False
+    # a cancel that finds the timer answers the stored txn, whatever the query parameter says
+    s2 = api.schedule(q, k, delay_ms=600_000)
+    c2 = expect(api.cancel(q, k, txn="not-the-stored-one"), 200)
+    assert c2["status"] == "cancelled" and c2["txn"] == s2["txn"], c2
 
 
 @contract("TMR-CANCEL-NO-GRANT", "TMR-BATCH-CANCEL-AUTH")
@@ -247,6 +252,7 @@ def test_schedule_result_shape(api):
     assert r["ok"] is True and r["status"] == "scheduled"
     assert r["queue"] == q and r["timerKey"] == k and r["txn"] == txn
     uuid.UUID(r["messageId"])
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", r["deliverAt"]), r["deliverAt"]
     parse_ts(r["deliverAt"])
     expect(api.cancel(q, k), 200)
 
@@ -317,3 +323,15 @@ def test_malformed_ops(api):
     for raw in ({"operations": "x"}, {"ops": []}, [1, 2]):
         expect_error(api.http.post(TIMERS, json=raw), 400)
     assert api.peek_ok(q, k)["found"] is False
+
+
+@contract("TMR-PAST-DELAY")
+def test_past_delay_is_legal(api):
+    q, k = uniq("q"), uniq("k")
+    txn = uuid.uuid4().hex
+    ops = [api.schedule_op(q, k, delay_ms=-5000, txn=txn), api.schedule_op(q, uniq("k"), delay_ms=600_000)]
+    res = expect(api.timers(ops), 200)["results"]
+    assert res[0]["ok"] is True and res[0]["status"] == "scheduled", res[0]
+    assert parse_ts(res[1]["deliverAt"]) - parse_ts(res[0]["deliverAt"]) > 600, "deliverAt = now + delayMs, in the past"
+    api.wait_delivered(q, txn)
+    expect(api.cancel(q, ops[1]["timerKey"]), 200)

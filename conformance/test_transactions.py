@@ -107,9 +107,17 @@ def test_timers_rider_under_switches(api, admin, tenant_a):
         admin.scheduling(True)
     admin.timers_paused(tenant_a, True)
     try:
-        resp = poll(lambda: (lambda r: r if r.status_code == 403 else None)(
-            _tx(api, {"operations": [], "timers": [{"op": "cancel", "queue": q, "timerKey": k}]})),
-            timeout=6, what="a cancel inside a transaction has the schedule route's authorization")
+        probe_q = uniq("probe")
+
+        def probe():
+            pk = uniq("k")
+            r = api.timers([api.schedule_op(probe_q, pk, delay_ms=600_000)])
+            if r.status_code == 200:
+                api.cancel(probe_q, pk)
+            return r if r.status_code == 403 else None
+
+        poll(probe, timeout=6, what="the paused schedule in force")
+        resp = _tx(api, {"operations": [], "timers": [{"op": "cancel", "queue": q, "timerKey": k}]})
         expect_error(resp, 403)
         assert api.peek_ok(q, k)["found"] is True
         assert expect(api.cancel(q, k), 200)["status"] == "cancelled", "the DELETE route still works"
