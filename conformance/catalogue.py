@@ -236,6 +236,9 @@ CONTRACTS: tuple[C, ...] = (
       "synthetic consumer group."),
     C("TMR-DLQ-REPLAY-REFUSED", f"{TR} / Timers that keep failing",
       "Replaying that DLQ row is refused explicitly (409 dlq_replay_refused)."),
+    C("TMR-TENANT-ISOLATION", "house rules / timer-routes.md",
+      "Another tenant's timers are invisible: its peek misses, its list of the same queue is empty, its "
+      "lookup of the delivered txn finds nothing."),
     # ---------------------------------------------------------------- PROTOCOL §3 timer wire details
     C("TMR-PAST-DELAY", "PROTOCOL.md §3.1",
       "A zero or negative delayMs is legal: the timer is due at once and fires on the first cycle."),
@@ -272,6 +275,9 @@ CONTRACTS: tuple[C, ...] = (
       "A message within its deadline (or without one) is delivered as before."),
     C("DL-BAD-DEADLINE", "issue 3",
       "deadlineMs is a relative integer budget > 0; anything else is a 400 and nothing is pushed."),
+    C("LOG-OWNED-FIELDS", "issue 3 / PROTOCOL.md §2.3",
+      "A push item carrying producerSub, messageId, tenant or an underscore-prefixed field is a 400 (the "
+      "broker stamps producerSub from the credential); nothing is pushed."),
     # ---------------------------------------------------------------- KV (PROTOCOL §4)
     C("KV-INDEX-ALIGNED", "PROTOCOL.md §4.1/§4.3",
       "POST /api/v1/kv answers {results: [...]} index-aligned; every element carries index and op."),

@@ -54,3 +54,14 @@ def test_bad_deadline_refused(api):
         txn = uuid.uuid4().hex
         expect_error(_push(api, q, {"x": 1}, deadline_ms=bad, txn=txn), 400)
         assert api.lookup(q, txn)["found"] is False
+
+
+@contract("LOG-OWNED-FIELDS")
+def test_push_server_owned_fields_refused(api):
+    q = uniq("q")
+    for field, value in (("producerSub", "billing-service"), ("messageId", str(uuid.uuid4())), ("tenant", "other"),
+                         ("_internal", 1)):
+        txn = uuid.uuid4().hex
+        item = {"queue": q, "partition": "Default", "payload": {"x": 1}, "transactionId": txn, field: value}
+        expect_error(api.http.post("/api/v1/push", json={"items": [item]}), 400)
+        assert api.lookup(q, txn)["found"] is False, f"{field}: nothing pushed"

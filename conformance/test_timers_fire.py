@@ -124,7 +124,7 @@ def test_absent_echoes_txn(api):
     assert batch["ok"] is False and batch["status"] == "absent" and batch["txn"] == txn, batch
 
 
-@contract("TMR-ABSENT-OTHER-TENANT")
+@contract("TMR-ABSENT-OTHER-TENANT", "TMR-TENANT-ISOLATION")
 def test_other_tenants_cancel_is_absent(api, api_b):
     q, k = uniq("q"), uniq("k")
     txn = uuid.uuid4().hex
@@ -132,8 +132,14 @@ def test_other_tenants_cancel_is_absent(api, api_b):
     c = expect(api_b.cancel(q, k, txn=txn), 200)
     assert c["status"] == "absent" and c["ok"] is False, c
     assert api_b.peek_ok(q, k)["found"] is False, "another tenant's timer is invisible"
+    assert expect(api_b.list(q), 200)["rows"] == [], "another tenant's list of the queue is empty"
+    b_batch = expect(api_b.timers([{"op": "cancel", "queue": q, "timerKey": k}]), 200)["results"][0]
+    assert b_batch["status"] == "absent" and b_batch["ok"] is False, b_batch
     assert api.peek_ok(q, k)["found"] is True, "the owner's timer is untouched"
-    expect(api.cancel(q, k), 200)
+    expect(api.timers([api.schedule_op(q, k, delay_ms=0, txn=txn, op="reschedule")]), 200)
+    api.wait_delivered(q, txn)
+    assert api_b.lookup(q, txn)["found"] is False, "another tenant cannot find the delivered frame"
+    assert api_b.drain(q) == [], "nor pop it"
 
 
 # ----------------------------------------------------------------------------- too_late and claims
