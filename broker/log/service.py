@@ -26,6 +26,7 @@ from broker.store.queries import Q
 
 ENCRYPTION_RACE = "QN001"
 FLAG_TTL_S = 10.0
+LISTEN_SLACK_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,8 @@ class LogService:
         self.b = broker
         self.waiters = Waiters()
         self._flags: dict[tuple[str, str], tuple[bool, float]] = {}
+        self.worker = f"{broker.worker_index}-{uuid.uuid4().hex[:12]}"
+        self._listening: dict[tuple[str, str], float] = {}
 
     # ---- encryption flags (cached per worker; queen_push_checked catches a stale "plain")
 
@@ -179,6 +182,8 @@ class LogService:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     return None
+                if await self._ensure_listening(pool, principal.tenant, targets, remaining):
+                    continue  # registered just now: look once more before sleeping (closes the race)
                 if hint_s is not None:
                     remaining = min(remaining, max(hint_s, 0.005))
                 try:
@@ -190,6 +195,20 @@ class LogService:
             finally:
                 if ev is not None:
                     self.waiters.unregister(keys, ev)
+
+    async def _ensure_listening(self, pool: asyncpg.Pool, tenant: str, queues: list[str], remaining: float) -> bool:
+        """Make sure pushes to these queues NOTIFY for at least ``remaining`` seconds (queen_listeners);
+        True if a registration had to be written."""
+        now = time.monotonic()
+        need = [q for q in queues if self._listening.get((tenant, q), 0.0) < now + remaining]
+        if not need:
+            return False
+        hold = remaining + LISTEN_SLACK_S
+        async with pool.acquire() as conn:
+            for q in need:
+                await conn.execute(Q.log_listen, tenant, q, self.worker, int(hold * 1000))
+                self._listening[(tenant, q)] = now + hold - 1.0
+        return True
 
     async def _pop_once(self, pool: asyncpg.Pool, principal: Any, req: PopRequest, queue: str) -> tuple[dict[str, Any] | None, float | None]:
         tenant = principal.tenant

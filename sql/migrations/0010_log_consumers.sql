@@ -49,6 +49,48 @@ CREATE TABLE queen_msg_state (
 
 CREATE INDEX queen_dlq_message ON queen_dlq (tenant, message_id);
 
+-- Wake-ups. NOTIFY makes PostgreSQL serialise the commits of notifying transactions (a database-wide
+-- lock held through the commit's WAL flush), which would cap every push at one fsync at a time. So a
+-- push notifies a queue only while some worker has a long poll waiting on it: a worker registers
+-- (tenant, queue) here before its waiting pop looks at the queue. The handshake is an advisory lock
+-- per (tenant, queue): writers hold it shared from before their check until their commit; a
+-- registration takes it exclusively, so once it has committed, every writer either has committed
+-- (the waiter's pop sees its rows) or will see the registration (and notify). Rows expire by
+-- `until`; UNLOGGED because a restart forgets every waiter anyway.
+CREATE UNLOGGED TABLE queen_listeners (
+    tenant text NOT NULL,
+    queue  text COLLATE "C" NOT NULL,
+    worker text NOT NULL,
+    until  timestamptz NOT NULL,
+    PRIMARY KEY (tenant, queue, worker)
+);
+
+CREATE FUNCTION queen_wake_key(p_tenant text, p_queue text) RETURNS integer
+LANGUAGE sql IMMUTABLE AS $$ SELECT hashtext(p_tenant || E'\t' || p_queue) $$;
+
+-- Register a waiting worker for (tenant, queue) for p_ms milliseconds.
+CREATE FUNCTION queen_listen(p_tenant text, p_queue text, p_worker text, p_ms bigint) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(7301, queen_wake_key(p_tenant, p_queue));
+    INSERT INTO queen_listeners AS l (tenant, queue, worker, until)
+    VALUES (p_tenant, p_queue, p_worker, now() + p_ms * interval '1 millisecond')
+    ON CONFLICT (tenant, queue, worker) DO UPDATE SET until = greatest(l.until, excluded.until);
+END
+$$;
+
+-- Called by writers of a queue: take the shared side of the handshake, then notify if anyone waits.
+CREATE FUNCTION queen_wake(p_tenant text, p_queues text[]) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(7301, queen_wake_key(p_tenant, d.q))
+    FROM (SELECT DISTINCT x.q FROM unnest(p_queues) AS x(q) ORDER BY 1) d;
+    PERFORM pg_notify('queen_push', p_tenant || E'\t' || d.q)
+    FROM (SELECT DISTINCT x.q FROM unnest(p_queues) AS x(q)) d
+    WHERE EXISTS (SELECT 1 FROM queen_listeners l WHERE l.tenant = p_tenant AND l.queue = d.q AND l.until > now());
+END
+$$;
+
 -- queen_push, faster body. Three short statements create what is missing (tenant, queues,
 -- partitions) only when it is missing, one takes the partition row locks in a fixed order (two
 -- batches over the same partitions cannot deadlock), and ONE set-based statement, run after the locks
@@ -129,8 +171,7 @@ BEGIN
            coalesce(n.existing_id, n.first_id), n.pid, CASE WHEN n.fresh THEN n.rn_seq END
     FROM numbered n ORDER BY n.i;
 
-    PERFORM pg_notify('queen_push', p_tenant || E'\t' || d.q)
-    FROM (SELECT DISTINCT x.q FROM unnest(p_queues) AS x(q)) d;
+    PERFORM queen_wake(p_tenant, p_queues);
 END
 $$;
 
@@ -172,7 +213,7 @@ BEGIN
     WHERE c.tenant = p_tenant AND c.partition_id = p_pid AND c.consumer_group = p_group
     RETURNING c.lease_id IS NULL INTO v_released;
     IF v_released THEN
-        PERFORM pg_notify('queen_push', p_tenant || E'\t' || p.queue)
+        PERFORM queen_wake(p_tenant, ARRAY[p.queue::text])
         FROM queen_partitions p WHERE p.tenant = p_tenant AND p.id = p_pid AND p.next_seq - 1 > v_acked;
     END IF;
     RETURN v_acked;
@@ -467,9 +508,10 @@ BEGIN
     FROM (SELECT DISTINCT x.p, x.g FROM unnest(v_rp, v_rg) AS x(p, g)) k
     WHERE cu.tenant = p_tenant AND cu.partition_id = k.p AND cu.consumer_group = k.g;
 
-    PERFORM pg_notify('queen_push', p_tenant || E'\t' || d.queue)
-    FROM (SELECT DISTINCT p.queue FROM queen_partitions p
-          WHERE p.tenant = p_tenant AND p.id = ANY (v_rp)) d;
+    IF cardinality(v_rp) > 0 THEN
+        PERFORM queen_wake(p_tenant, ARRAY(SELECT DISTINCT p.queue::text FROM queen_partitions p
+                                           WHERE p.tenant = p_tenant AND p.id = ANY (v_rp)));
+    END IF;
 END
 $$;
 
@@ -492,3 +534,10 @@ BEGIN
                                           p_payloads, p_codecs, p_key_ids, p_subs, p_deadline_ms);
 END
 $$;
+
+-- Rows rewritten on every push (partition offsets) and every pop/ack (cursors): leave room on each
+-- page so those updates stay HOT (no new index entries), and vacuum them early.
+ALTER TABLE queen_partitions SET (fillfactor = 50, autovacuum_vacuum_scale_factor = 0.02,
+                                  autovacuum_vacuum_insert_scale_factor = 0.05);
+ALTER TABLE queen_cursors SET (fillfactor = 50, autovacuum_vacuum_scale_factor = 0.02);
+ALTER TABLE queen_msg_state SET (autovacuum_vacuum_scale_factor = 0.02);

@@ -133,3 +133,6 @@ SELECT q.name FROM queen_queues q
 WHERE q.tenant = $1 AND ($2::text IS NULL OR q.namespace = $2) AND ($3::text IS NULL OR q.task = $3)
 ORDER BY q.name
 LIMIT 1000;
+
+-- name: log_listen
+SELECT queen_listen($1, $2, $3, $4);

@@ -1,0 +1,236 @@
+"""Message log throughput: HTTP (2 workers) vs raw SQL on the same database, in one run.
+
+    .venv/bin/python bench/bench_log.py [--seconds 5] [--partitions 1000] [--conns 50]
+
+Starts an embedded PostgreSQL (or uses QUEEN_BENCH_DATABASE_URL / QUEEN_TEST_DATABASE_URL, a server
+DSN), a fresh database, and a real ``queen serve`` with 2 workers (synchronous_commit stays on). Then:
+
+  push      batch 1 and batch 100, ``--conns`` concurrent HTTP connections, each request to one
+            partition picked at random among ``--partitions`` partitions of one queue;
+  pop+ack   batch 100: pop (wait=false) then ``/ack/batch``, ``--conns`` concurrent consumers;
+            and pop with autoAck=true;
+  baseline  the same ``queen_push`` / ``queen_pop`` / ``queen_ack`` calls straight over asyncpg from
+            as many connections as the broker's pools hold (2 x QUEEN_POOL_MAX), measured in the same
+            run: the ratio says what the HTTP edge (parsing, sealing, rendering, Python) costs;
+  latency   push p50/p99 at a steady (open-loop) 500 requests/s of one item each.
+
+Numbers are printed; nothing is asserted. Not part of the test run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import aiohttp
+import asyncpg
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from broker.ids import uuid7  # noqa: E402
+from broker.localserver import LocalBroker  # noqa: E402
+from broker.store import migrate  # noqa: E402
+
+TENANT = "default"
+PAYLOAD = {"order": 42, "sku": "SKU-0042", "qty": 3, "note": "gift wrap"}
+PAYLOAD_BYTES = orjson.dumps(PAYLOAD)
+
+
+async def make_db(server_dsn: str) -> str:
+    name = f"bench_log_{uuid.uuid4().hex[:8]}"
+    conn = await asyncpg.connect(server_dsn)
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    from urllib.parse import urlsplit, urlunsplit
+
+    p = urlsplit(server_dsn)
+    dsn = urlunsplit((p.scheme, p.netloc, "/" + name, p.query, p.fragment))
+    await migrate.apply_url(dsn)
+    return dsn
+
+
+async def timed(seconds: float, conns: int, one) -> tuple[int, float]:  # type: ignore[no-untyped-def]
+    """Run ``one()`` (returns messages done) in ``conns`` loops for ``seconds``; messages/s."""
+    stop = time.perf_counter() + seconds
+    done = 0
+
+    async def loop() -> None:
+        nonlocal done
+        while time.perf_counter() < stop:
+            n = await one()  # (not `done += await one()`: that reads done before the await)
+            done += n
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*[loop() for _ in range(conns)])
+    elapsed = time.perf_counter() - t0
+    if os.environ.get("BENCH_DEBUG"):
+        print(f"  (done {done} in {elapsed:.2f}s with {conns} loops)", flush=True)
+    return done, done / elapsed
+
+
+def items(queue: str, n: int, partitions: int) -> list[dict]:
+    """One request's items: like the official client (queue(q).partition(p).push([...])), a batch goes
+    to one partition, picked at random among ``partitions``."""
+    part = f"p{random.randrange(partitions)}"
+    return [{"queue": queue, "partition": part, "payload": PAYLOAD, "transactionId": str(uuid7())} for _ in range(n)]
+
+
+async def http_push(session: aiohttp.ClientSession, url: str, queue: str, batch: int, partitions: int) -> int:
+    async with session.post(url + "/api/v1/push", data=orjson.dumps({"items": items(queue, batch, partitions)}),
+                            headers={"content-type": "application/json"}) as r:
+        assert r.status == 201, await r.text()
+        await r.read()
+    return batch
+
+
+async def http_pop_ack(session: aiohttp.ClientSession, url: str, queue: str, batch: int, auto: bool) -> int:
+    params = {"batch": str(batch), "wait": "false"}
+    if auto:
+        params["autoAck"] = "true"
+    async with session.get(f"{url}/api/v1/pop/queue/{queue}", params=params) as r:
+        if r.status == 204:
+            await asyncio.sleep(0.005)
+            return 0
+        body = orjson.loads(await r.read())
+    msgs = body["messages"]
+    if not auto:
+        acks = [{"transactionId": m["transactionId"], "partitionId": m["partitionId"], "leaseId": m["leaseId"],
+                 "status": "completed"} for m in msgs]
+        async with session.post(url + "/api/v1/ack/batch", data=orjson.dumps({"acknowledgments": acks}),
+                                headers={"content-type": "application/json"}) as r:
+            res = orjson.loads(await r.read())
+            assert all(x["success"] for x in res), res[:2]
+    return len(msgs)
+
+
+async def sql_push(pool: asyncpg.Pool, queue: str, batch: int, partitions: int) -> int:
+    its = items(queue, batch, partitions)
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.fetch(
+            "SELECT * FROM queen_push($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)", TENANT,
+            [i["queue"] for i in its], [i["partition"] for i in its], [uuid7() for _ in its],
+            [i["transactionId"] for i in its], [None] * batch, [orjson.dumps(i["payload"]) for i in its],
+            [0] * batch, [None] * batch, ["bench"] * batch, [None] * batch)
+    return batch
+
+
+async def sql_pop_ack(pool: asyncpg.Pool, queue: str, batch: int, auto: bool) -> int:
+    async with pool.acquire() as conn:
+        rows = await conn.fetch("SELECT * FROM queen_pop($1,$2,NULL,'__QUEUE_MODE__',$3,1,$4,NULL,NULL)",
+                                TENANT, queue, batch, auto)
+        msgs = [r for r in rows if r["kind"] == "msg"]
+        if not msgs:
+            await asyncio.sleep(0.005)
+            return 0
+        # the same work the HTTP pop does on its side: decode the stored JSON
+        for r in msgs:
+            orjson.loads(r["payload"])
+        if not auto:
+            n = len(msgs)
+            res = await conn.fetch("SELECT * FROM queen_ack($1,$2,$3,$4,$5,$6,$7)", TENANT,
+                                   [r["partition_id"] for r in msgs], [r["txn"] for r in msgs], ["completed"] * n,
+                                   [r["lease_id"] for r in msgs], ["__QUEUE_MODE__"] * n, [None] * n)
+            assert all(r["success"] for r in res)
+    return len(msgs)
+
+
+async def latency(url: str, queue: str, rate: int, seconds: float, partitions: int) -> tuple[float, float, int]:
+    lat: list[float] = []
+    conn = aiohttp.TCPConnector(limit=200)
+    async with aiohttp.ClientSession(connector=conn) as s:
+        async def one() -> None:
+            t0 = time.perf_counter()
+            await http_push(s, url, queue, 1, partitions)
+            lat.append(time.perf_counter() - t0)
+
+        tasks = []
+        start = time.perf_counter()
+        n = int(rate * seconds)
+        for i in range(n):
+            target = start + i / rate
+            delay = target - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one()))
+        await asyncio.gather(*tasks)
+    lat.sort()
+    return statistics.median(lat) * 1000, lat[int(len(lat) * 0.99) - 1] * 1000, len(lat)
+
+
+def line(name: str, ours: float, base: float | None = None) -> None:
+    extra = f"   raw SQL {base:10.0f} msg/s   ratio {ours / base:5.2f}" if base else ""
+    print(f"{name:34s} {ours:10.0f} msg/s{extra}", flush=True)
+
+
+async def run(args: argparse.Namespace, server_dsn: str) -> None:
+    dsn = await make_db(server_dsn)
+    pool_max = int(os.environ.get("QUEEN_POOL_MAX", "10"))
+    b = LocalBroker(dsn=dsn, workers=2, env={"QUEEN_LOG_LEVEL": "WARNING", "QUEEN_POOL_MAX": str(pool_max)},
+                    log_path=Path(tempfile.gettempdir()) / "bench_log_broker.log")
+    b.start()
+    pool = await asyncpg.create_pool(dsn, min_size=2 * pool_max, max_size=2 * pool_max)
+    sc = await pool.fetchval("SHOW synchronous_commit")
+    print(f"PostgreSQL synchronous_commit={sc}; broker 2 workers x pool {pool_max}; {args.conns} HTTP connections; "
+          f"{args.partitions} partitions; {args.seconds:.0f} s per phase; cpus={os.cpu_count()}", flush=True)
+    try:
+        connector = aiohttp.TCPConnector(limit=args.conns)
+        async with aiohttp.ClientSession(connector=connector) as s:
+            # warm up both workers' plans and create the partitions
+            for _ in range(20):
+                await http_push(s, b.url, "bench", 100, args.partitions)
+                await sql_push(pool, "bench_raw", 100, args.partitions)
+            res = {}
+            for batch in (1, 100):
+                _, res[("push", batch, "http")] = await timed(args.seconds, args.conns,
+                                                              lambda batch=batch: http_push(s, b.url, "bench", batch, args.partitions))
+                _, res[("push", batch, "sql")] = await timed(args.seconds, 2 * pool_max,
+                                                             lambda batch=batch: sql_push(pool, "bench_raw", batch, args.partitions))
+                line(f"push batch {batch}", res[("push", batch, "http")], res[("push", batch, "sql")])
+            for auto in (False, True):
+                label = "pop autoAck batch 100" if auto else "pop + ack/batch batch 100"
+                _, ours = await timed(args.seconds, args.conns, lambda auto=auto: http_pop_ack(s, b.url, "bench", 100, auto))
+                _, base = await timed(args.seconds, 2 * pool_max, lambda auto=auto: sql_pop_ack(pool, "bench_raw", 100, auto))
+                line(label, ours, base)
+        p50, p99, n = await latency(b.url, "bench_lat", 500, args.latency_seconds, args.partitions)
+        print(f"push latency at 500 req/s (open loop, {n} requests): p50 {p50:.1f} ms  p99 {p99:.1f} ms", flush=True)
+        left = await pool.fetchval("SELECT sum(next_seq - 1) FROM queen_partitions WHERE queue = 'bench'")
+        print(f"(messages pushed to the HTTP queue in total: {left})")
+    finally:
+        await pool.close()
+        b.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--latency-seconds", type=float, default=6.0)
+    ap.add_argument("--partitions", type=int, default=1000)
+    ap.add_argument("--conns", type=int, default=50)
+    args = ap.parse_args()
+    server = os.environ.get("QUEEN_BENCH_DATABASE_URL") or os.environ.get("QUEEN_TEST_DATABASE_URL")
+    emb = None
+    if not server:
+        from broker.store import embedded
+
+        emb = embedded.start(Path(tempfile.mkdtemp(prefix="bench-log-")))
+        server = emb.dsn()
+    try:
+        asyncio.run(run(args, server))
+    finally:
+        if emb is not None:
+            emb.stop()
+
+
+if __name__ == "__main__":
+    main()
