@@ -147,6 +147,11 @@ def test_incr(http):
     one(http, put(ns, "s", "text"))
     t = one(http, {"op": "incr", "ns": ns, "key": "s", "forever": True})
     assert t["applied"] is False and t["reason"] == "type" and t["value"] == "text"
+    # a sum no JSON reader could take back is refused like a limit, never a 500
+    one(http, {"op": "incr", "ns": ns, "key": "huge", "delta": 1e308, "forever": True})
+    h = one(http, {"op": "incr", "ns": ns, "key": "huge", "delta": 1e308, "forever": True})
+    assert h["applied"] is False and h["reason"] == "limit" and h["value"] == 1e308
+    assert one(http, {"op": "incr", "ns": ns, "key": "big", "delta": 2**80, "forever": True})["applied"] is True
     err(http, [{"op": "incr", "ns": ns, "key": "c", "forever": True, "expect": 1}], 400, "kv_bad_expect")
     err(http, [{"op": "incr", "ns": ns, "key": "c", "forever": True, "delta": True}], 400, "kv_bad_body")
 

@@ -205,8 +205,10 @@ BEGIN
                         ELSE
                             v_num := CASE WHEN v_live THEN (v_row.value #>> '{}')::numeric ELSE 0 END
                                      + (v_op->>'delta')::numeric;
+                            -- beyond a double no JSON client can read the number back: an implicit bound
                             IF (v_op->>'min' IS NOT NULL AND v_num < (v_op->>'min')::numeric)
-                               OR (v_op->>'max' IS NOT NULL AND v_num > (v_op->>'max')::numeric) THEN
+                               OR (v_op->>'max' IS NOT NULL AND v_num > (v_op->>'max')::numeric)
+                               OR abs(v_num) > 1.7976931348623157e308 THEN
                                 v_reason := 'limit';
                             END IF;
                         END IF;
