@@ -105,6 +105,9 @@ def test_server_owned_fields_are_refused(http, field):
         b'{"items": [{"queue": "q", "payload": 1, "deadlineMs": true}]}',
         b'{"items": [{"queue": "q", "payload": 1, "colour": "red"}]}',
         b'{"items": [], "extra": 1}',
+        b'{"items": [{"queue": "q", "payload": 1, "transactionId": "t\\u0000"}]}',
+        b'{"items": [{"queue": "q\\u0000", "payload": 1}]}',
+        b'{"items": [{"queue": "q", "payload": 1, "deadlineMs": 99999999999999999999999}]}',
     ],
 )
 def test_garbage_push_is_400_with_envelope(http, body):

@@ -161,9 +161,7 @@ async def lookup(request: web.Request) -> web.Response:
     p = principal(request)
     p.require("consume")
     queue = parse.name(request.query.get("queue"), "queue")
-    txn = request.query.get("txn")
-    if not txn:
-        raise BadRequest("bad_query", "txn is required")
+    txn = parse.txn_id(request.query.get("txn"), "txn")
     return json_response(await catalog.lookup(broker(request), p.tenant, queue, txn))
 
 
@@ -174,7 +172,8 @@ async def message_get(request: web.Request) -> web.Response:
         pid = uuid.UUID(request.match_info["pid"])
     except ValueError:
         raise BadRequest("bad_uuid", "the partition id is not a UUID") from None
-    return json_response(await catalog.message_get(broker(request), p.tenant, pid, request.match_info["txn"]))
+    txn = parse.txn_id(request.match_info["txn"], "transactionId")
+    return json_response(await catalog.message_get(broker(request), p.tenant, pid, txn))
 
 
 def ensure_service(app: web.Application) -> LogService:

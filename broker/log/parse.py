@@ -112,13 +112,18 @@ def push_item(it: Any, where: str, max_payload: int) -> PushItem:
         )
     txn = it.get("transactionId")
     if txn is not None:
-        if not isinstance(txn, str) or not txn or len(txn) > MAX_TXN:
-            raise BadRequest("bad_transaction_id", f"{where}.transactionId must be a string of 1..{MAX_TXN} characters")
+        txn = txn_id(txn, f"{where}.transactionId")
     trace = it.get("traceId")
     trace_id = None
     if trace is not None and trace != "":
         trace_id = parse_uuid(trace, f"{where}.traceId")
     return PushItem(queue, partition, data, txn, trace_id, deadline(it.get("deadlineMs"), f"{where}.deadlineMs"))
+
+
+def txn_id(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not value or len(value) > MAX_TXN or "\x00" in value:
+        raise BadRequest("bad_transaction_id", f"{what} must be a string of 1..{MAX_TXN} characters without NUL")
+    return value
 
 
 def deadline(value: Any, what: str) -> int | None:
@@ -187,9 +192,7 @@ def queue_options(raw: Any, current: QueueOptions | None = None) -> QueueOptions
 def ack_item(raw: Any, where: str, default_group: str | None) -> AckItem:
     if not isinstance(raw, dict):
         raise BadRequest("bad_ack", f"{where} must be an object")
-    txn = raw.get("transactionId")
-    if not isinstance(txn, str) or not txn:
-        raise BadRequest("bad_ack", f"{where}.transactionId must be a non-empty string")
+    txn = txn_id(raw.get("transactionId"), f"{where}.transactionId")
     pid = parse_uuid(raw.get("partitionId"), f"{where}.partitionId")
     status = raw.get("status", "completed")
     if status is True:
@@ -207,7 +210,7 @@ def ack_item(raw: Any, where: str, default_group: str | None) -> AckItem:
     if err is not None and not isinstance(err, str):
         err = orjson.dumps(err).decode()
     if err is not None:
-        err = err[:4000]
+        err = err.replace("\x00", "")[:4000]
     return AckItem(pid, txn, status, lease, malformed, group, err)
 
 
