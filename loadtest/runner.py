@@ -79,7 +79,7 @@ def locust_cmd(scenario: str, url: str, users: int, duration: float, prefix: Pat
     return [
         sys.executable, "-m", "locust", "-f", str(HERE / spec["file"]), "--headless",
         "-u", str(users), "-r", str(users), "-t", f"{int(round(duration))}s", "--host", url,
-        "--csv", str(prefix), "--csv-full-history", "--only-summary", "--stop-timeout", "5",
+        "--csv", str(prefix), "--csv-full-history", "--only-summary", "--stop-timeout", "1",
         "--prom-out", f"{prefix}_metrics.json", "--loglevel", "WARNING", *extra,
     ]
 
