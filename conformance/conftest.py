@@ -9,6 +9,7 @@ from conformance.plugin import (  # noqa: F401  (hooks and fixtures are found by
     hooks,
     measure,
     pytest_addoption,
+    pytest_collection_finish,
     pytest_collection_modifyitems,
     pytest_configure,
     pytest_report_teststatus,

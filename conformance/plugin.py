@@ -108,6 +108,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         random.Random(seed).shuffle(items)
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    config = session.config
+    if not config.getoption("--queen-url") and not config.getoption("--collect-only") and any(
+            "target" in getattr(item, "fixturenames", ()) for item in session.items):
+        raise pytest.UsageError(
+            "the conformance suite needs --queen-url URL (or run `queen conformance`, which can start a broker)")
+
+
 def contract_index() -> dict[str, list[str]]:
     """contract id -> test names, by importing the suite's test modules (no broker needed). Unknown ids
     named by a test are listed under their own key, so the meta-test can catch them."""
