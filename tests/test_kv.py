@@ -286,6 +286,8 @@ def test_expiry_rules(http):
     "ops,status,reason,code",
     [
         ([{"op": "nope", "ns": "a", "key": "k"}], 400, "kv_unknown_op", "kv_bad_request"),
+        ([{"op": ["get"], "ns": "a", "key": "k"}], 400, "kv_unknown_op", "kv_bad_request"),
+        ([{"op": {"a": 1}, "ns": "a", "key": "k"}], 400, "kv_unknown_op", "kv_bad_request"),
         ([{"op": "get", "ns": "Bad", "key": "k"}], 400, "kv_bad_namespace", "kv_bad_request"),
         ([{"op": "get", "ns": "-a", "key": "k"}], 400, "kv_bad_namespace", "kv_bad_request"),
         ([{"op": "get", "ns": "a" * 65, "key": "k"}], 400, "kv_bad_namespace", "kv_bad_request"),

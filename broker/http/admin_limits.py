@@ -40,12 +40,15 @@ _TENANT_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0
 MAX_VALUE = 2**62
 
 
+def check_tenant(t: str) -> str:
+    if not t or len(t) > 128 or not set(t) <= _TENANT_CHARS:
+        raise BadRequest("bad_tenant", "not a valid tenant name (1-128 of a-z A-Z 0-9 . _ - :)")
+    return t
+
+
 def _tenant(request: web.Request) -> str:
     principal(request).require("admin")
-    t = request.match_info.get("tenant", "")
-    if not t or len(t) > 128 or not set(t) <= _TENANT_CHARS:
-        raise BadRequest("bad_tenant", "the tenant path segment is not a valid tenant name")
-    return t
+    return check_tenant(request.match_info.get("tenant", ""))
 
 
 def wire_plan(plan: limits.Plan | dict[str, Any] | None) -> dict[str, Any] | None:

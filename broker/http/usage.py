@@ -17,7 +17,7 @@ from aiohttp import web
 
 from broker import limits, metering
 from broker.app import BROKER, principal
-from broker.http.admin_limits import wire_plan
+from broker.http.admin_limits import check_tenant, wire_plan
 from broker.http.wire import json_response
 
 
@@ -32,7 +32,10 @@ async def usage(request: web.Request) -> web.Response:
 async def admin_usage(request: web.Request) -> web.Response:
     b = request.app[BROKER]
     principal(request).require("admin")
-    tenants = await metering.usage(b.require_pool(), request.query.get("tenant") or None)
+    tenant = request.query.get("tenant") or None
+    if tenant is not None:
+        tenant = check_tenant(tenant)
+    tenants = await metering.usage(b.require_pool(), tenant)
     start, end = await metering.period_bounds(b.require_pool())
     return json_response({"periodStart": start, "periodEnd": end, "tenants": tenants})
 

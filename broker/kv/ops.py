@@ -129,8 +129,8 @@ def parse_op(op: Any, i: int, *, in_tx: bool) -> dict[str, Any]:
     if not isinstance(op, dict):
         raise bad("kv_bad_body", f"{where}: each operation must be a JSON object")
     name = op.get("op")
-    if name not in _FIELDS:
-        raise bad("kv_unknown_op", f"{where}: unknown op {name!r}; known: {sorted(_FIELDS)}")
+    if not isinstance(name, str) or name not in _FIELDS:
+        raise bad("kv_unknown_op", f"{where}: unknown op {str(name)[:64]!r}; known: {sorted(_FIELDS)}")
     for k in op:
         if k in _TENANT_FIELDS:
             raise bad("kv_tenant_not_an_input", f"{where}: {k!r} is not an input; the tenant comes from the credential")
