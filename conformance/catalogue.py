@@ -242,6 +242,9 @@ CONTRACTS: tuple[C, ...] = (
     # ---------------------------------------------------------------- PROTOCOL §3 timer wire details
     C("TMR-PAST-DELAY", "PROTOCOL.md §3.1",
       "A zero or negative delayMs is legal: the timer is due at once and fires on the first cycle."),
+    C("TMR-PAYLOAD-ZSTD", "PROTOCOL.md §3.1/§3.3",
+      "payloadZstd: true marks the caller's payload as one zstd frame: peek shows it as sent with "
+      "payloadZstd: true, and the delivered frame carries the decompressed payload."),
     C("TMR-INDEX-ALIGNED", "PROTOCOL.md §3.2",
       "Timer results are index-aligned: results[i] answers operations[i]."),
     C("TMR-BAD-BATCH-CHANGES-NOTHING", "PROTOCOL.md §3.4 / house rules",

@@ -366,3 +366,25 @@ def _b64decode(text: str) -> bytes:
     import base64
 
     return base64.b64decode(text)
+
+
+@contract("TMR-PAYLOAD-ZSTD")
+def test_zstd_payload(api):
+    try:
+        import zstandard
+    except ImportError:
+        not_verified("the zstandard package is not installed next to the suite")
+    import base64
+    import json
+
+    q, k, txn = uniq("q"), uniq("k"), uuid.uuid4().hex
+    doc = {"compressed": "z" * 3000}
+    frame = zstandard.ZstdCompressor(level=3, write_content_size=True).compress(json.dumps(doc).encode())
+    sent = base64.b64encode(frame).decode()
+    op = api.schedule_op(q, k, delay_ms=200, txn=txn, payloadZstd=True)
+    op["payload"] = sent
+    assert expect(api.timers([op]), 200)["results"][0]["ok"] is True
+    peek = api.peek_ok(q, k)
+    assert peek["payloadZstd"] is True and peek["payload"] == sent, peek
+    api.wait_delivered(q, txn)
+    assert [m["data"] for m in api.drain(q)] == [doc]
