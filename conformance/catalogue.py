@@ -239,6 +239,10 @@ CONTRACTS: tuple[C, ...] = (
     C("TMR-TENANT-ISOLATION", "house rules / timer-routes.md",
       "Another tenant's timers are invisible: its peek misses, its list of the same queue is empty, its "
       "lookup of the delivered txn finds nothing."),
+    C("TMR-UNDELIVERABLE-PAYLOAD", "house rules / PROTOCOL.md §2.8 / timer-routes.md",
+      "A timer whose payload the log cannot carry (not JSON) is either refused at schedule with a 400, or "
+      "spends its attempts and lands in the DLQ as a row GET /api/v1/dlq can render (valid JSON); it is never "
+      "lost and never breaks the DLQ listing."),
     # ---------------------------------------------------------------- PROTOCOL §3 timer wire details
     C("TMR-PAST-DELAY", "PROTOCOL.md §3.1",
       "A zero or negative delayMs is legal: the timer is due at once and fires on the first cycle."),

@@ -388,3 +388,32 @@ def test_zstd_payload(api):
     assert peek["payloadZstd"] is True and peek["payload"] == sent, peek
     api.wait_delivered(q, txn)
     assert [m["data"] for m in api.drain(q)] == [doc]
+
+
+@contract("TMR-UNDELIVERABLE-PAYLOAD")
+def test_undeliverable_payload(api):
+    import base64
+    import json
+
+    q, k, txn = uniq("q"), uniq("k"), uuid.uuid4().hex
+    op = api.schedule_op(q, k, delay_ms=0, txn=txn)
+    op["payload"] = base64.b64encode(b"\xff\x00 not json").decode()
+    resp = api.timers([op])
+    if resp.status_code == 400:
+        assert api.peek_ok(q, k)["found"] is False
+        return
+    assert expect(resp, 200)["results"][0]["ok"] is True
+
+    def dlq_rows():
+        r = api.http.get("/api/v1/dlq", params={"queue": q})
+        assert r.status_code == 200, r.text[:200]
+        try:
+            data = json.loads(r.content)
+        except ValueError as exc:
+            raise AssertionError(f"GET /api/v1/dlq is not valid JSON once the timer is dead-lettered: {exc}: "
+                                 f"{r.content[:300]!r}") from None
+        return [m for m in data.get("messages", []) if m.get("transactionId") == txn]
+
+    rows = poll(dlq_rows, timeout=api.target.fire_timeout * 2, what="the undeliverable timer in the DLQ")
+    assert rows[0].get("errorMessage") or rows[0].get("error"), rows[0]
+    assert api.lookup(q, txn)["found"] is False
