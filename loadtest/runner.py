@@ -137,12 +137,23 @@ def _kill(p: subprocess.Popen[bytes]) -> None:
         p.wait(timeout=5)
 
 
+def timers_lag_args(rate: float, window_ms: int, users: int, duration: float) -> list[str]:
+    """Scenario options of timers_lag. Total users and the scheduling time are explicit because a
+    distributed worker receives only the scenario's own options from the master, not -u or -t."""
+    return ["--timer-rate", str(rate), "--window-ms", str(window_ms), "--total-users", str(users),
+            "--schedule-seconds", str(schedule_seconds(duration, window_ms))]
+
+
+def schedule_seconds(duration: float, window_ms: int) -> float:
+    return max(1.0, duration - window_ms / 1000.0 - 2.0)
+
+
 # ---- summaries per scenario
 def summarize_timers_lag(out: Path, target_rate: float, duration: float, window_ms: int) -> dict[str, Any]:
     prefix = out / "timers_lag"
     stats = report.read_stats(prefix)
     points = report.read_timeline(Path(f"{prefix}_metrics.json"))
-    sched_s = max(1.0, duration - window_ms / 1000.0 - 2.0)
+    sched_s = schedule_seconds(duration, window_ms)
     sched = report.row(stats, "POST", "POST /api/v1/timers") or {}
     fire = report.row(stats, "FIRE_LAG") or {}
     deliv = report.row(stats, "DELIVERY_LAG") or {}
@@ -248,7 +259,7 @@ def _capacity_step(args: argparse.Namespace, url: str, out: Path, rate: float, a
     step_out = out / (f"step-{int(rate)}" + (f"-retry{attempt}" if attempt else ""))
     step_out.mkdir(parents=True, exist_ok=True)
     users = max(2, min(16, int(rate // 250) + 2))
-    extra = ["--timer-rate", str(rate), "--window-ms", str(args.window_ms)]
+    extra = timers_lag_args(rate, args.window_ms, users, args.step_duration)
     load_start = os.getloadavg()
     rc = run_locust("timers_lag", url, users, args.step_duration, step_out, extra)
     s = summarize_timers_lag(step_out, rate, args.step_duration, args.window_ms)
@@ -391,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         extra = list(args.locust_args)
         if args.scenario == "timers_lag":
-            extra = ["--timer-rate", str(args.rate), "--window-ms", str(args.window_ms), *extra]
+            extra = [*timers_lag_args(args.rate, args.window_ms, args.users, args.duration), *extra]
         rc = run_locust(args.scenario, url, args.users, args.duration, out, extra, args.distributed)
         summary = write_locust_report(args.scenario, out, args, url, rc)
         if not summary["requests"]:

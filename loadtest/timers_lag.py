@@ -39,7 +39,10 @@ def _args(parser: Any) -> None:
     parser.add_argument("--window-ms", type=int, default=2000, help="delays are spread uniformly up to this many ms")
     parser.add_argument("--min-delay-ms", type=int, default=100, help="shortest delay")
     parser.add_argument("--schedule-seconds", type=float, default=0.0,
-                        help="stop scheduling after this many seconds (0: run time minus window minus 2 s)")
+                        help="stop scheduling after this many seconds (0: run time minus window minus 2 s; "
+                             "give it with --master: workers do not see -t)")
+    parser.add_argument("--total-users", type=int, default=0,
+                        help="users over all processes (0: -u). Give it with --master: workers do not see -u")
     parser.add_argument("--tick-ms", type=int, default=50, help="open-loop tick")
     parser.add_argument("--max-inflight", type=int, default=8, help="schedule requests in flight per user")
     parser.add_argument("--partitions", type=int, default=1, help="spread each queue's timers over this many partitions")
@@ -64,7 +67,7 @@ class TimerLagUser(FastHttpUser):
     def on_start(self) -> None:
         opts = self.environment.parsed_options
         self.queue = next_name(opts.queue_prefix)
-        users = max(1, int(getattr(opts, "num_users", 1) or 1))
+        users = max(1, int(opts.total_users or getattr(opts, "num_users", 1) or 1))
         self.rate = float(opts.timer_rate) / users
         self.sched_for = schedule_seconds(opts)
         self.deliver_at: dict[str, float] = {}  # txn -> deliverAt (epoch s) for timers not yet received
