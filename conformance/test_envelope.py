@@ -127,6 +127,29 @@ def garbage(ns: str) -> list[tuple[str, str, object]]:
                                                     "txn": "t", "payload": "AA==", "payloadZstd": "yes"}]}),
         ("POST", "/api/v1/push", {"items": [{"queue": "q", "payload": [[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]],
                                              "partition": "p" * 70000}]}),
+        ("POST", "/api/v1/timers", {"operations": [{"op": "schedule", "queue": "q", "timerKey": ns, "delayMs": 600000,
+                                                    "txn": "t\u0000x", "payload": "AA==", "partition": "p\u0000"}]}),
+        ("POST", "/api/v1/timers", {"operations": [{"op": "schedule", "queue": ns, "timerKey": "k", "delayMs": 1,
+                                                    "txn": "t", "payload": "eyJhIjoxfQ==", "payloadZstd": True}]}),
+        ("POST", "/api/v1/transaction", {"operations": [], "kv": [{"op": "put", "ns": ns, "key": "k\u0000",
+                                                                   "value": 1, "forever": True}],
+                                         "timers": [{"op": "cancel", "queue": "q\u0000", "timerKey": "k"}]}),
+        ("POST", "/api/v1/transaction", {"operations": [{"type": "push", "items": [
+            {"queue": ns, "payload": 1, "transactionId": "t\u0000", "partition": "\u0000"}]}]}),
+        ("GET", "/api/v1/messages/lookup?queue=q%00&txn=%00", None),
+        ("GET", "/api/v1/dlq?queue=%00&consumerGroup=%00", None),
+        ("GET", "/api/v1/pop/queue/q?consumerGroup=g%00&subscriptionFrom=not-a-date&subscriptionMode=sideways", None),
+        ("POST", "/api/v1/configure", {"queue": ns, "options": {"encryptionEnabled": "yes", "leaseTime": 2 ** 70}}),
+        ("POST", "/api/v1/kv", {"operations": [{"op": "getMany", "ns": ns, "keys": ["a\u0000", 5, None]}]}),
+        ("POST", "/api/v1/kv", {"operations": [{"op": "incr", "ns": ns, "key": "n", "delta": 1, "min": 5, "max": 1,
+                                               "ttlSeconds": 5}]}),
+        ("GET", f"/api/v1/kv/{ns}/k%00", None),
+        ("PUT", f"/api/v1/kv/{ns}/k?ttlSeconds=abc", {"v": 1}),
+        ("PUT", f"/api/v1/kv/{ns}/k%00?forever=true", {"v": 1}),
+        ("DELETE", "/api/v1/kv/%00/k", None),
+        ("GET", "/api/v1/resources/queues/%00", None),
+        ("GET", "/api/v1/resources/queues?limit=-1&offset=abc", None),
+        ("GET", "/api/v1/usage?tenant=%00", None),
     ]
 
 
@@ -153,3 +176,33 @@ def test_garbage_refused_in_the_envelope(api, target):
             except AssertionError as exc:
                 bad.append(f"{m} {p} {str(b)[:80]}: {exc}")
     assert not bad, "refusals outside the envelope:\n" + "\n".join(bad)
+
+
+@contract("ENV-NO-500")
+def test_no_500_on_operator_garbage(admin, target, tenant_a):
+    """The operator surface follows the same rule: no 500 for anything an operator can send."""
+    raw = target.raw()
+    headers = {"Authorization": f"Bearer {admin.api.token}"} if admin.api.token else {}
+    cases = [
+        ("PUT", f"/api/v1/admin/tenants/{tenant_a}/plan", {"timersHorizonMs": 2 ** 70}),
+        ("PUT", f"/api/v1/admin/tenants/{tenant_a}/plan", {"rateLimitPerS": -1, "bogus": 1}),
+        ("PUT", f"/api/v1/admin/tenants/{tenant_a}/plan", ["not", "an", "object"]),
+        ("PUT", "/api/v1/admin/tenants/%00/plan", {"maxPayloadBytes": 10}),
+        ("POST", f"/api/v1/admin/tenants/{tenant_a}/timers-paused", {"paused": "maybe"}),
+        ("POST", "/api/v1/admin/cluster/suspended", {"suspended": None}),
+        ("POST", "/api/v1/admin/timers/sweeper", {"paused": 1}),
+        ("POST", "/api/v1/admin/timers/scheduling", {}),
+        ("GET", "/api/v1/admin/usage?tenant=%00", None),
+    ]
+    bad = []
+    for method, path, payload in cases:
+        r = raw.request(method, path, json=payload, headers=headers)
+        if r.status_code >= 500 and r.status_code != 503:
+            bad.append(f"{method} {path} {payload} -> {r.status_code} {r.text[:120]}")
+        elif r.status_code >= 400:
+            try:
+                assert_envelope(r)
+            except AssertionError as exc:
+                bad.append(str(exc))
+    admin.clear_plan(tenant_a)
+    assert not bad, "operator garbage answered outside the rules:\n" + "\n".join(bad)
