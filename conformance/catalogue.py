@@ -34,6 +34,9 @@ TR = "timer-routes.md"
 
 CONTRACTS: tuple[C, ...] = (
     # ---------------------------------------------------------------- timer spec: The routes
+    C("TMR-CANCEL-WITHDRAWS", f"{TR} / Timer routes (opening)",
+      "Scheduling promises a frame in a queue at a future instant; cancelling one withdraws the promise: a "
+      "cancelled timer is never delivered."),
     C("TMR-POST-PRODUCE-GRANT", f"{TR} / The routes",
       "POST is write-only because scheduling a timer is a produce operation: the timer becomes a message, "
       "so a produce-only credential must be able to do it."),
@@ -59,6 +62,8 @@ CONTRACTS: tuple[C, ...] = (
     C("TMR-CANCEL-PASSES-DISABLED", f"{TR} / Cancel is not schedule",
       "The DELETE route passes only the boot flag: the operator's scheduling kill switch (POST answers 503 "
       "timers_disabled) does not refuse it."),
+    C("TMR-POST-CARRIES-CANCELS", f"{TR} / Cancel is not schedule",
+      "POST /api/v1/timers carries cancels in the same array as schedules."),
     C("TMR-FIRE-NOT-STOPPED-BY-RUNGS", f"{TR} / Cancel is not schedule",
       "The fire never switches itself off: no degradation rung may stop it."),
     C("TMR-FIRE-OPERATOR-STOP", f"{TR} / Cancel is not schedule",
@@ -225,7 +230,8 @@ CONTRACTS: tuple[C, ...] = (
       "There is a cap of 256 operations per call (256 accepted, 257 refused with 400)."),
     # ---------------------------------------------------------------- Timers that keep failing
     C("TMR-FAIL-RETRIED", f"{TR} / Timers that keep failing",
-      "A fire that fails is retried with exponential backoff (and is delivered once the failure clears)."),
+      "A fire that fails is retried with exponential backoff (and is delivered once the failure clears; the "
+      "exponential shape of the delays is not timed: too noisy on shared machines)."),
     C("TMR-TRANSIENT-FREE", f"{TR} / Timers that keep failing",
       "A transient failure (serialization, deadlock, connection, resource, operator intervention) backs off "
       "and costs nothing from the attempt budget."),

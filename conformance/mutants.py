@@ -365,6 +365,18 @@ def deliver_at_promised_late(req: Req, resp: Resp, st: dict[str, Any]) -> Resp:
     return resp
 
 
+def cancel_fake(req: Req, st: dict[str, Any]) -> Req | Resp:
+    """DELETE answers cancelled without withdrawing anything."""
+    if req.method == "DELETE" and _is_timer_item(req.path):
+        from urllib.parse import unquote
+
+        queue, _, key = req.path[len(TIMERS) + 1:].partition("/")
+        return Resp(200, {"Content-Type": "application/json"}, json.dumps(
+            {"ok": True, "status": "cancelled", "queue": unquote(queue), "timerKey": unquote(key),
+             "txn": req.query.get("txn")}).encode())
+    return req
+
+
 MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("absent-ok-true", ("TMR-ABSENT-OK-FALSE",), "absent answered with ok: true", on_response=absent_ok_true),
     Mutant("hint-dropped", ("TMR-BLOCKED-HINT",), "the x-queen-timers-hint header is dropped", on_response=hint_dropped),
@@ -407,6 +419,8 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
            on_response=pop_reversed),
     Mutant("fires-early", ("TMR-DELIVERAT-FLOOR",), "a timer fires before its deliverAt",
            on_response=deliver_at_promised_late),
+    Mutant("cancel-fake", ("TMR-CANCEL-WITHDRAWS",), "DELETE answers cancelled but the timer still fires",
+           on_request=cancel_fake),
     Mutant("kv-delete-absent-404", ("KV-DELETE-ABSENT-200",), "a delete of a missing key answered 404",
            on_response=kv_delete_absent_404),
 )}
