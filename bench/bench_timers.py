@@ -72,8 +72,10 @@ RETURNING t.queue, t.timer_key, t.payload
 """
 RAW_FIRE = """
 WITH gone AS (DELETE FROM queen_timers WHERE tenant = $1 AND claim_token = $2 RETURNING *),
-agg AS (SELECT array_agg(queue ORDER BY queue, partition, deliver_at) qs, array_agg(partition ORDER BY queue, partition, deliver_at) ps,
-               array_agg(message_id ORDER BY queue, partition, deliver_at) ids, array_agg(txn ORDER BY queue, partition, deliver_at) txns,
+agg AS (SELECT array_agg(queue COLLATE "default" ORDER BY queue, partition, deliver_at) qs,
+               array_agg(partition COLLATE "default" ORDER BY queue, partition, deliver_at) ps,
+               array_agg(message_id ORDER BY queue, partition, deliver_at) ids,
+               array_agg(txn COLLATE "default" ORDER BY queue, partition, deliver_at) txns,
                array_agg(payload ORDER BY queue, partition, deliver_at) pls, count(*)::int n FROM gone)
 SELECT count(*) FROM agg, LATERAL queen_push($1, qs, ps, ids, txns, array_fill(NULL::uuid, ARRAY[n]), pls,
        array_fill(0::smallint, ARRAY[n]), array_fill(NULL::text, ARRAY[n]), array_fill('bench'::text, ARRAY[n]),

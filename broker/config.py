@@ -114,6 +114,7 @@ class Settings:
     sweeper_min_sleep_ms: int = 5
     sweeper_max_sleep_ms: int = 1_000
     sweeper_batch: int = 1_000
+    sweeper_tenant_slice: int = 250
     sweeper_max_attempts: int = 5
     sweeper_backoff_base_ms: int = 500
     sweeper_backoff_cap_ms: int = 300_000
@@ -165,6 +166,7 @@ class Settings:
             sweeper_min_sleep_ms=_int(env, "QUEEN_SWEEPER_MIN_SLEEP_MS", 5, 0),
             sweeper_max_sleep_ms=_int(env, "QUEEN_SWEEPER_MAX_SLEEP_MS", 1_000, 1),
             sweeper_batch=_int(env, "QUEEN_SWEEPER_BATCH", 1_000, 1, 100_000),
+            sweeper_tenant_slice=_int(env, "QUEEN_SWEEPER_TENANT_SLICE", 250, 1, 100_000),
             sweeper_max_attempts=_int(env, "QUEEN_SWEEPER_MAX_ATTEMPTS", 5, 1, 1000),
             sweeper_backoff_base_ms=_int(env, "QUEEN_SWEEPER_BACKOFF_BASE_MS", 500, 1),
             sweeper_backoff_cap_ms=_int(env, "QUEEN_SWEEPER_BACKOFF_CAP_MS", 300_000, 1),

@@ -6,8 +6,9 @@ cycle, testable alone). Every worker runs one (``install``), unless ``QUEEN_SWEE
 One cycle, on the sweeper's own connection:
   1. claim   ``queen_timers_claim``: up to ``QUEEN_SWEEPER_BATCH`` due rows, FOR UPDATE SKIP LOCKED,
              stamped with a fresh claim token and ``claimed_until = now() + QUEEN_SWEEPER_LEASE_MS``;
-             every tenant with due rows gets an equal slice of the batch and the walk over tenants
-             rotates, so one tenant's burst cannot starve another's timers. While claimed, a cancel
+             every tenant with due rows gets an equal slice of the batch (at most
+             QUEEN_SWEEPER_TENANT_SLICE rows while several are due) and the walk over tenants rotates,
+             so one tenant's burst cannot starve another's timers. While claimed, a cancel
              or reschedule answers ``too_late``.
   2. pack    in Python: decompress the client's zstd, check the payload is JSON, seal it in the log's
              stored format (an encrypted payload was sealed at schedule and moves untouched).
@@ -94,6 +95,7 @@ class SweeperConfig:
     min_sleep_ms: int = 5
     max_sleep_ms: int = 1_000
     batch: int = 1_000
+    tenant_slice: int = 250
     max_attempts: int = 5
     backoff_base_ms: int = 500
     backoff_cap_ms: int = 300_000
@@ -106,6 +108,7 @@ class SweeperConfig:
             min_sleep_ms=s.sweeper_min_sleep_ms,
             max_sleep_ms=s.sweeper_max_sleep_ms,
             batch=s.sweeper_batch,
+            tenant_slice=s.sweeper_tenant_slice,
             max_attempts=s.sweeper_max_attempts,
             backoff_base_ms=s.sweeper_backoff_base_ms,
             backoff_cap_ms=s.sweeper_backoff_cap_ms,
@@ -273,7 +276,9 @@ class Sweeper:
         cfg = self.config
         token = uuid.uuid4()
         self.held.add(token)
-        rows = await conn.fetch(Q.timers_claim, token, cfg.lease_ms, cfg.batch, self.cursor, self.name, cfg.faults)
+        rows = await conn.fetch(
+            Q.timers_claim, token, cfg.lease_ms, cfg.batch, self.cursor, self.name, cfg.faults, cfg.tenant_slice
+        )
         res = CycleResult()
         claimed = []
         for r in rows:

@@ -128,10 +128,10 @@ async def test_a_lost_claim_commits_nothing(db):
     dsn, conn = db
     await schedule(conn, "t1", "q", ["k"])
     tok_a, tok_b = uuid.uuid4(), uuid.uuid4()
-    rows = await conn.fetch(Q.timers_claim, tok_a, 10, 10, None, "a", False)
+    rows = await conn.fetch(Q.timers_claim, tok_a, 10, 10, None, "a", False, 250)
     assert rows[0]["timer_key"] == "k"
     await asyncio.sleep(0.05)  # lease of 10 ms expired
-    rows = await conn.fetch(Q.timers_claim, tok_b, 30_000, 10, None, "b", False)
+    rows = await conn.fetch(Q.timers_claim, tok_b, 30_000, 10, None, "b", False, 250)
     assert rows[0]["timer_key"] == "k"
     out = await conn.fetch(Q.timers_fire, tok_a, ["t1"], ["q"], ["k"], [None], [0], [], [], [], [], [], 3, 50, 1000)
     assert out == [] and len(await log_rows(conn)) == 0
@@ -263,3 +263,16 @@ async def test_drain_hands_back_held_claims(db):
     other = sweeper(dsn)
     assert (await other.run_once()).fired == 1  # fired at once, not after the 60 s lease
     await other.stop()
+
+
+async def test_beside_another_tenant_a_burst_takes_at_most_its_slice(db):
+    dsn, conn = db
+    await schedule(conn, "tenant-a", "q", [f"a{i:04}" for i in range(300)], delays=[-1000] * 300)
+    await schedule(conn, "tenant-b", "q", ["b0", "b1"])
+    sw = sweeper(dsn, batch=1000, tenant_slice=20)
+    out = await sw.run_once()
+    assert out.fired == 22  # 20 of A's (the cap), both of B's
+    assert len(await log_rows(conn, "tenant-b")) == 2
+    out = await sw.run_once()  # A alone now: the whole batch
+    assert out.fired == 280
+    await sw.stop()

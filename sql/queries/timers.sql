@@ -31,7 +31,7 @@ LIMIT $4;
 -- name: timers_claim
 SELECT tenant, queue, timer_key, partition, payload, payload_zstd, key_id, deliver_at, fault, stall_ms,
        next_due_ms, paused
-FROM queen_timers_claim($1::uuid, $2::bigint, $3::integer, $4::text, $5::text, $6::boolean);
+FROM queen_timers_claim($1::uuid, $2::bigint, $3::integer, $4::text, $5::text, $6::boolean, $7::integer);
 
 -- name: timers_fire
 SELECT kind, tenant, queue, timer_key, lag_s
