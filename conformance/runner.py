@@ -112,10 +112,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run the Queen conformance suite against a broker (or a local one) and gate on it.",
         epilog="Any other argument is passed to pytest (e.g. -x, -k EXPR, -q).",
     )
-    p.add_argument("--url", help="broker base URL; omitted = start a local broker")
-    p.add_argument("--token", help="bearer token of tenant A (produce + consume)")
-    p.add_argument("--token-b", help="bearer token of a second tenant B (isolation contracts)")
-    p.add_argument("--admin-token", help="operator token (admin grant): switches, plans")
+    env = os.environ.get
+    p.add_argument("--url", default=env("QUEEN_URL"), help="broker base URL (default $QUEEN_URL); omitted = start a local broker")
+    p.add_argument("--token", default=env("QUEEN_TOKEN"), help="bearer token of tenant A, produce + consume ($QUEEN_TOKEN)")
+    p.add_argument("--token-b", default=env("QUEEN_TOKEN_B"),
+                   help="bearer token of a second tenant B, for isolation contracts ($QUEEN_TOKEN_B)")
+    p.add_argument("--admin-token", default=env("QUEEN_ADMIN_TOKEN"),
+                   help="operator token (admin grant): switches, plans ($QUEEN_ADMIN_TOKEN)")
     p.add_argument("--token-produce-only", help="tenant A token with only the produce grant")
     p.add_argument("--token-consume-only", help="tenant A token without the produce grant")
     p.add_argument("--junitxml", help="write JUnit XML here (NOT VERIFIED shows as skipped with its reason)")
