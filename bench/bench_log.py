@@ -33,6 +33,7 @@ from pathlib import Path
 import aiohttp
 import asyncpg
 import orjson
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -60,8 +61,12 @@ async def make_db(server_dsn: str) -> str:
     return dsn
 
 
+CPU: Cpu | None = None
+
+
 async def timed(seconds: float, conns: int, one) -> tuple[int, float]:  # type: ignore[no-untyped-def]
     """Run ``one()`` (returns messages done) in ``conns`` loops for ``seconds``; messages/s."""
+    before = CPU.snap() if CPU else None
     stop = time.perf_counter() + seconds
     done = 0
 
@@ -74,8 +79,8 @@ async def timed(seconds: float, conns: int, one) -> tuple[int, float]:  # type: 
     t0 = time.perf_counter()
     await asyncio.gather(*[loop() for _ in range(conns)])
     elapsed = time.perf_counter() - t0
-    if os.environ.get("BENCH_DEBUG"):
-        print(f"  (done {done} in {elapsed:.2f}s with {conns} loops)", flush=True)
+    if CPU and before:
+        print(f"    {done / elapsed:8.0f} msg/s with {conns} loops; {Cpu.diff(before, CPU.snap(), elapsed)}", flush=True)
     return done, done / elapsed
 
 
@@ -168,6 +173,45 @@ async def latency(url: str, queue: str, rate: int, seconds: float, partitions: i
     return statistics.median(lat) * 1000, lat[int(len(lat) * 0.99) - 1] * 1000, len(lat)
 
 
+class Cpu:
+    """CPU seconds used by the broker (master + workers), the PostgreSQL backends of the bench database
+    and this load generator: what a phase spent where (the machine has few cores, shared by all)."""
+
+    def __init__(self, broker_pid: int, db: str) -> None:
+        self.broker = psutil.Process(broker_pid)
+        self.db = db
+        self.me = psutil.Process()
+
+    def _pg(self) -> float:
+        total = 0.0
+        for p in psutil.process_iter(["name", "cmdline"]):
+            try:
+                cmd = " ".join(p.info["cmdline"] or [])
+                if cmd.startswith("postgres:") and f" {self.db} " in cmd + " ":
+                    t = p.cpu_times()
+                    total += t.user + t.system
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
+        return total
+
+    def snap(self) -> tuple[float, float, float]:
+        procs = [self.broker, *self.broker.children(recursive=True)]
+        b = 0.0
+        for p in procs:
+            try:
+                t = p.cpu_times()
+                b += t.user + t.system
+            except psutil.NoSuchProcess:
+                pass
+        m = self.me.cpu_times()
+        return b, self._pg(), m.user + m.system
+
+    @staticmethod
+    def diff(a: tuple[float, float, float], b: tuple[float, float, float], wall: float) -> str:
+        d = [y - x for x, y in zip(a, b, strict=True)]
+        return f"cpu/s: broker {d[0] / wall:.2f}, postgres {d[1] / wall:.2f}, load generator {d[2] / wall:.2f}"
+
+
 def line(name: str, ours: float, base: float | None = None) -> None:
     extra = f"   raw SQL {base:10.0f} msg/s   ratio {ours / base:5.2f}" if base else ""
     print(f"{name:34s} {ours:10.0f} msg/s{extra}", flush=True)
@@ -180,6 +224,11 @@ async def run(args: argparse.Namespace, server_dsn: str) -> None:
                     log_path=Path(tempfile.gettempdir()) / "bench_log_broker.log")
     b.start()
     pool = await asyncpg.create_pool(dsn, min_size=2 * pool_max, max_size=2 * pool_max)
+    global CPU
+    assert b.proc is not None
+    from urllib.parse import urlsplit
+
+    CPU = Cpu(b.proc.pid, urlsplit(dsn).path.lstrip("/"))
     sc = await pool.fetchval("SHOW synchronous_commit")
     print(f"PostgreSQL synchronous_commit={sc}; broker 2 workers x pool {pool_max}; {args.conns} HTTP connections; "
           f"{args.partitions} partitions; {args.seconds:.0f} s per phase; cpus={os.cpu_count()}", flush=True)
