@@ -12,6 +12,7 @@ import pytest
 
 FUZZ_ROUTES = (
     "/api/v1/admin/ping",
+    "/api/v1/configure",
     "/api/v1/push",
     "/api/v1/timers",
     "/api/v1/kv",

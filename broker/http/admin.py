@@ -38,7 +38,7 @@ async def admin_ping(request: web.Request) -> web.Response:
     return json_response(body)
 
 
-async def test_sleep(request: web.Request) -> web.Response:
+async def sleep_hook(request: web.Request) -> web.Response:
     if not request.app[BROKER].settings.test_hooks:
         raise Forbidden("test_hooks_disabled", "test hooks are off; start the broker with QUEEN_TEST_HOOKS=1")
     ms = q_int(request, "ms", 1_000, lo=0, hi=MAX_SLEEP_MS)
@@ -50,4 +50,4 @@ def setup(app: web.Application) -> None:
     app.router.add_get("/api/v1/whoami", whoami)
     app.router.add_get("/api/v1/admin/ping", admin_ping)
     app.router.add_post("/api/v1/admin/ping", admin_ping)
-    app.router.add_get("/api/v1/test/sleep", test_sleep)
+    app.router.add_get("/api/v1/test/sleep", sleep_hook)
