@@ -32,14 +32,14 @@ from pathlib import Path
 SUITE_DIR = Path(__file__).resolve().parent
 
 # Settings of the broker the runner starts itself: short sweeper timings so failure paths (backoff,
-# DLQ after the attempt budget) finish in well under a second, and a short limits cache so operator
-# switches show quickly.
+# DLQ after the attempt budget) finish in about a second while a row in backoff stays observable from
+# outside for at least 150 ms, and a short limits cache so operator switches show quickly.
 LOCAL_ENV = {
     "QUEEN_TEST_HOOKS": "1",
     "QUEEN_SWEEPER_MAX_SLEEP_MS": "200",
     "QUEEN_SWEEPER_MAX_ATTEMPTS": "3",
-    "QUEEN_SWEEPER_BACKOFF_BASE_MS": "20",
-    "QUEEN_SWEEPER_BACKOFF_CAP_MS": "200",
+    "QUEEN_SWEEPER_BACKOFF_BASE_MS": "150",
+    "QUEEN_SWEEPER_BACKOFF_CAP_MS": "600",
     "QUEEN_LIMITS_REFRESH_MS": "50",
     "QUEEN_LOG_LEVEL": "WARNING",
 }
