@@ -59,8 +59,38 @@ def options(env: Environment) -> Any:
     return env.parsed_options
 
 
+class Budget:
+    """The most items (timers scheduled, messages pushed) one process may send in a run. Every run is
+    bounded in count as well as in time: once spent, users stop sending and wait for the end."""
+
+    def __init__(self) -> None:
+        self.left: int | None = None
+        self.warned = False
+
+    def take(self, env: Environment, n: int) -> bool:
+        if self.left is None:
+            self.left = int(env.parsed_options.max_items)
+        if self.left < n:
+            if not self.warned:
+                self.warned = True
+                log.warning("--max-items spent in this process: no more sends until the run ends")
+            return False
+        self.left -= n
+        return True
+
+
+BUDGET = Budget()
+
+
+def idle_until_stopped() -> None:
+    while True:
+        gevent.sleep(3600)
+
+
 @events.init_command_line_parser.add_listener
 def _common_args(parser: Any) -> None:
+    parser.add_argument("--max-items", type=int, default=2_000_000,
+                        help="most timers/messages one process sends in a run (a count bound next to -t)")
     parser.add_argument("--prom-out", default="", help="write the broker metrics timeline (JSON) here at the end")
     parser.add_argument("--scrape-interval", type=float, default=1.0, help="seconds between /metrics scrapes")
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from locust import FastHttpUser, constant, events, task
 
-from loadtest.common import RUN_ID, record
+from loadtest.common import BUDGET, RUN_ID, idle_until_stopped, record
 
 
 @events.init_command_line_parser.add_listener
@@ -43,6 +43,8 @@ class PushUser(FastHttpUser):
     def push(self) -> None:
         opts = self.environment.parsed_options
         q = queue_name(opts)
+        if not BUDGET.take(self.environment, max(1, int(opts.push_batch))):
+            idle_until_stopped()
         filler = "x" * max(0, int(opts.payload_bytes) - 40)
         items = [{"queue": q, "partition": f"p{random.randrange(max(1, opts.partitions))}",
                   "transactionId": uuid.uuid4().hex, "payload": {"t": time.time(), "f": filler}}

@@ -28,7 +28,7 @@ import gevent
 from gevent.lock import Semaphore
 from locust import FastHttpUser, constant, events, task
 
-from loadtest.common import b64json, next_name, parse_ts, record
+from loadtest.common import BUDGET, b64json, next_name, parse_ts, record
 
 MAX_OPS = 256
 
@@ -94,6 +94,9 @@ class TimerLagUser(FastHttpUser):
             due = int(self.rate * elapsed) - issued
             while due > 0 and not self.inflight.locked():
                 n = min(MAX_OPS, due)
+                if not BUDGET.take(self.environment, n):
+                    self.sched_for = elapsed  # count bound reached: scheduling is over for this user
+                    break
                 self.inflight.acquire()
                 gevent.spawn(self._send, self._ops(n, opts))
                 issued += n

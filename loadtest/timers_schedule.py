@@ -21,7 +21,7 @@ from typing import Any
 
 from locust import FastHttpUser, constant, events, task
 
-from loadtest.common import b64json, next_name
+from loadtest.common import BUDGET, b64json, idle_until_stopped, next_name
 
 BATCHES = (1, 16, 256)
 
@@ -42,6 +42,8 @@ class TimerScheduleUser(FastHttpUser):
         self.seq = 0
 
     def _batch(self, n: int) -> None:
+        if not BUDGET.take(self.environment, n):
+            idle_until_stopped()
         delay = int(self.environment.parsed_options.delay_ms)
         keys = []
         ops = []

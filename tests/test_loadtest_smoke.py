@@ -55,12 +55,15 @@ def test_timers_schedule_runs_every_batch_size_and_cancels(broker: LocalBroker, 
     assert s["cancel"]["requests"] and not s["cancel"]["failures"]
 
 
-def test_push_pop_moves_messages(broker: LocalBroker, tmp_path: Path) -> None:
-    rc = runner.main(["push_pop", "--url", broker.url, "--duration", "4", "--users", "2", "--out", str(tmp_path)])
+def test_push_pop_moves_messages_within_the_count_bound(broker: LocalBroker, tmp_path: Path) -> None:
+    rc = runner.main(["push_pop", "--url", broker.url, "--duration", "4", "--users", "2", "--out", str(tmp_path),
+                      "--", "--max-items", "300"])
     assert rc == 0
     s = _summary(tmp_path)
     assert s["failures"] == []
     assert s["push_msgs_per_s"] > 0 and s["pop_msgs_per_s"] > 0 and s["ack_msgs_per_s"] > 0
+    pushed = _stats(tmp_path, "push_pop")[("POST", "POST /api/v1/push [10]")]
+    assert 0 < int(pushed["Request Count"]) <= 30  # --max-items 300 in batches of 10: the run stopped sending
 
 
 def test_distributed_master_and_two_workers(broker: LocalBroker, tmp_path: Path) -> None:
