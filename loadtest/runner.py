@@ -8,7 +8,7 @@ Scenarios: ``timers_lag``, ``timers_schedule``, ``push_pop`` (Locust, headless, 
 ``outage_deadlines`` (an asyncio program, see its module docstring). Without ``--url`` a broker is
 started for the run (``broker.localserver.LocalBroker``, embedded PostgreSQL in a temporary directory)
 and stopped afterwards. Traffic goes only to that broker or to the URL given. Every run is bounded: the
-Locust child gets ``-t`` and is killed if it overstays by a minute.
+Locust child gets ``-t`` and ``--max-items`` and is killed if it overstays by 90 s (or on Ctrl-C).
 
 ``--distributed K`` runs one Locust master and K worker processes on this machine (the same command
 lines work across machines: see README, "Load and capacity harness").
@@ -91,6 +91,7 @@ def run_locust(scenario: str, url: str, users: int, duration: float, out: Path, 
     log = open(out / "locust.log", "ab")  # noqa: SIM115 - shared by the child processes, closed below
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     workers: list[subprocess.Popen[bytes]] = []
+    proc: subprocess.Popen[bytes] | None = None
     try:
         if distributed > 0:
             from broker.localserver import free_port
@@ -120,9 +121,10 @@ def run_locust(scenario: str, url: str, users: int, duration: float, out: Path, 
                 _kill(w)
         return rc
     finally:
-        for w in workers:
-            if w.poll() is None:
-                _kill(w)
+        # Children run in their own sessions (a Ctrl-C here does not reach them): stop what is left.
+        for p in [*workers, *([proc] if proc is not None else [])]:
+            if p.poll() is None:
+                _kill(p)
         log.close()
 
 
