@@ -21,6 +21,7 @@ import zstandard
 from broker import errors, limits, metering
 from broker.auth import Principal
 from broker.codec import CodecError
+from broker.crypto import NoEncryptionKey
 from broker.ids import uuid7
 from broker.metrics import TIMERS_OPS
 from broker.payloads import seal
@@ -121,7 +122,7 @@ def _seal_for_encrypting_queue(broker: Any, tenant: str, op: TimerOp) -> tuple[b
         ) from None
     try:
         sealed = seal(broker.codec, broker.keyring, tenant, op.queue, body, encrypt=True)
-    except Exception as exc:  # NoEncryptionKey: the ring emptied under us
+    except NoEncryptionKey as exc:
         raise _no_keys(op.queue) from exc
     return sealed.payload, sealed.codec == 1, sealed.key_id or ""
 
