@@ -1,0 +1,75 @@
+"""A timer that keeps failing, end to end through HTTP: injected failures, backoff, the attempt budget,
+its queue's DLQ under the synthetic consumer group, and the replay refusal. Plus the meter: billed for
+the promise (schedule and reschedule ops), not for the cancel or the fire."""
+
+from __future__ import annotations
+
+import base64
+import time
+
+import httpx
+from conftest import uniq
+
+ENV = {"QUEEN_TEST_HOOKS": "1", "QUEEN_SWEEPER_MAX_ATTEMPTS": "3", "QUEEN_SWEEPER_BACKOFF_BASE_MS": "20",
+       "QUEEN_SWEEPER_MAX_SLEEP_MS": "100"}
+
+
+def sched(queue: str, key: str, txn: str, delay: int = 0) -> dict:
+    return {"op": "schedule", "queue": queue, "timerKey": key, "txn": txn, "delayMs": delay,
+            "payload": base64.b64encode(b'{"x": 1}').decode()}
+
+
+def wait_for(pred, timeout: float = 10.0):  # noqa: ANN001, ANN201
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+def test_failing_timer_goes_to_the_dlq_and_replay_is_refused(start_broker):
+    b = start_broker(env=ENV, workers=2)
+    q, txn = uniq("dlq"), uniq("txn")
+    with httpx.Client(base_url=b.url) as c:
+        assert c.post("/api/v1/test/timers/fail", json={"queue": q, "count": 10, "class": "permanent"}).json()["remaining"] == 10
+        [res] = c.post("/api/v1/timers", json={"operations": [sched(q, "k", txn)]}).json()["results"]
+        dlq = wait_for(lambda: c.get("/api/v1/dlq", params={"queue": q}).json()["messages"])
+        assert c.get(f"/api/v1/timers/{q}/k").json()["found"] is False
+        [row] = dlq
+        assert row["transactionId"] == txn and row["consumerGroup"] == "__timers__"
+        assert "injected permanent failure" in (row.get("errorMessage") or "")
+        assert row.get("retryCount") == 3
+        r = c.post(f"/api/v1/dlq/{row['id']}/replay")
+        assert r.status_code == 409, r.text
+        assert r.json()["error"] == "dlq_replay_refused" and r.json()["reason"] == "synthetic_consumer_group"
+        assert c.get("/api/v1/messages/lookup", params={"queue": q, "txn": txn}).json()["found"] is False
+        assert res["messageId"]
+
+
+def test_transient_failures_cost_nothing_and_the_timer_fires(start_broker):
+    b = start_broker(env=ENV, workers=1)
+    q, txn = uniq("tr"), uniq("txn")
+    with httpx.Client(base_url=b.url) as c:
+        c.post("/api/v1/test/timers/fail", json={"queue": q, "count": 4, "class": "transient"})
+        c.post("/api/v1/timers", json={"operations": [sched(q, "k", txn)]})
+        seen = wait_for(lambda: (p := c.get(f"/api/v1/timers/{q}/k").json()).get("lastError") and p)
+        assert seen["attempts"] == 0 and seen["claimed"] is False
+        wait_for(lambda: c.get("/api/v1/messages/lookup", params={"queue": q, "txn": txn}).json()["found"])
+        assert c.get("/api/v1/dlq", params={"queue": q}).json()["messages"] == []
+
+
+def test_billed_for_the_promise_not_the_cancel_or_the_fire(start_broker):
+    b = start_broker(env=ENV, workers=1)
+    q = uniq("bill")
+    with httpx.Client(base_url=b.url) as c:
+        before = c.get("/api/v1/usage").json()["messages"]
+        r = c.post("/api/v1/timers", json={"operations": [sched(q, "a", "t1", 60_000), sched(q, "b", "t2", 0),
+                                                          sched(q, "c", "t3", 60_000)]})
+        assert r.status_code == 200
+        c.post("/api/v1/timers", json={"operations": [{**sched(q, "a", "t4", 60_000), "op": "reschedule"}]})
+        c.delete(f"/api/v1/timers/{q}/c")
+        c.post("/api/v1/timers", json={"operations": [{"op": "cancel", "queue": q, "timerKey": "a"}]})
+        wait_for(lambda: c.get("/api/v1/messages/lookup", params={"queue": q, "txn": "t2"}).json()["found"])
+        assert c.get("/api/v1/usage").json()["messages"] - before == 4
