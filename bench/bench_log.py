@@ -8,11 +8,13 @@ DSN), a fresh database, and a real ``queen serve`` with 2 workers (synchronous_c
   push      batch 1 and batch 100, ``--conns`` concurrent HTTP connections, each request to one
             partition picked at random among ``--partitions`` partitions of one queue;
   pop+ack   batch 100: pop (wait=false) then ``/ack/batch``, ``--conns`` concurrent consumers;
-            and pop with autoAck=true;
+            and pop with autoAck=true; each side pops its own queue, prefilled with ``--backlog``
+            messages in each partition;
   baseline  the same ``queen_push`` / ``queen_pop`` / ``queen_ack`` calls straight over asyncpg from
             as many connections as the broker's pools hold (2 x QUEEN_POOL_MAX), measured in the same
             run: the ratio says what the HTTP edge (parsing, sealing, rendering, Python) costs;
-  latency   push p50/p99 at a steady (open-loop) 500 requests/s of one item each.
+  latency   push p50/p99 at a steady (open-loop) 500 requests/s of one item each;
+  zstd      stored size and CPU per payload of the at-rest compression (``--zstd-only``: just that).
 
 Numbers are printed; nothing is asserted. Not part of the test run.
 """
@@ -130,6 +132,17 @@ async def sql_push(pool: asyncpg.Pool, queue: str, batch: int, partitions: int) 
     return batch
 
 
+async def prefill(pool: asyncpg.Pool, queue: str, partitions: int, per_partition: int) -> None:
+    """``per_partition`` messages in every partition, one partition per batch (one transaction each)."""
+    async with pool.acquire() as conn:
+        for p in range(partitions):
+            n = per_partition
+            await conn.fetch(
+                "SELECT count(*) FROM queen_push($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)", TENANT, [queue] * n, [f"p{p}"] * n,
+                [uuid7() for _ in range(n)], [str(uuid7()) for _ in range(n)], [None] * n, [PAYLOAD_BYTES] * n,
+                [0] * n, [None] * n, ["bench"] * n, [None] * n)
+
+
 async def sql_pop_ack(pool: asyncpg.Pool, queue: str, batch: int, auto: bool) -> int:
     async with pool.acquire() as conn:
         rows = await conn.fetch("SELECT * FROM queen_pop($1,$2,NULL,'__QUEUE_MODE__',$3,1,$4,NULL,NULL)",
@@ -212,6 +225,39 @@ class Cpu:
         return f"cpu/s: broker {d[0] / wall:.2f}, postgres {d[1] / wall:.2f}, load generator {d[2] / wall:.2f}"
 
 
+def zstd_report() -> None:
+    """What storing payloads zstd-compressed (QUEEN_ZSTD_THRESHOLD_BYTES, level QUEEN_ZSTD_LEVEL) saves
+    and costs: stored bytes and CPU per payload, through the broker's own Codec."""
+    from broker.codec import Codec
+    from broker.config import Settings
+
+    st = Settings()
+    codec = Codec(st.zstd_threshold_bytes, st.zstd_level)
+    rnd = random.Random(7)
+    docs = {
+        "order lines 1.5 KiB": {"order": 1, "lines": [{"sku": f"SKU-{i:05d}", "qty": i % 7, "price": 9.99, "note": "gift wrap"}
+                                              for i in range(25)]},
+        "event log 15 KiB": [{"ts": f"2026-11-30T10:{i % 60:02d}:00Z", "level": "INFO", "service": "billing",
+                              "msg": f"charged customer {rnd.randrange(10**6)}"} for i in range(160)],
+        "random hex 4 KiB": os.urandom(3000).hex()[: 4000],
+    }
+    print(f"zstd at rest (threshold {st.zstd_threshold_bytes} B, level {st.zstd_level}):")
+    for name, doc in docs.items():
+        raw = orjson.dumps(doc)
+        kind, packed = codec.pack(raw)
+        n = 300
+        t0 = time.perf_counter()
+        for _ in range(n):
+            codec.pack(raw)
+        pack_us = (time.perf_counter() - t0) / n * 1e6
+        t0 = time.perf_counter()
+        for _ in range(n):
+            codec.unpack(kind, packed)
+        unpack_us = (time.perf_counter() - t0) / n * 1e6
+        print(f"  {name:30s} {len(raw):6d} B -> {len(packed):6d} B stored ({len(packed) / len(raw):5.1%}, codec {kind}); "
+              f"compress {pack_us:6.1f} us, decompress {unpack_us:6.1f} us", flush=True)
+
+
 def line(name: str, ours: float, base: float | None = None) -> None:
     extra = f"   raw SQL {base:10.0f} msg/s   ratio {ours / base:5.2f}" if base else ""
     print(f"{name:34s} {ours:10.0f} msg/s{extra}", flush=True)
@@ -248,8 +294,12 @@ async def run(args: argparse.Namespace, server_dsn: str) -> None:
                 line(f"push batch {batch}", res[("push", batch, "http")], res[("push", batch, "sql")])
             for auto in (False, True):
                 label = "pop autoAck batch 100" if auto else "pop + ack/batch batch 100"
-                _, ours = await timed(args.seconds, args.conns, lambda auto=auto: http_pop_ack(s, b.url, "bench", 100, auto))
-                _, base = await timed(args.seconds, 2 * pool_max, lambda auto=auto: sql_pop_ack(pool, "bench_raw", 100, auto))
+                # the same backlog for both sides: a fresh queue each, args.backlog messages per partition
+                qh, qr = f"pop_http_{int(auto)}", f"pop_raw_{int(auto)}"
+                for q in (qh, qr):
+                    await prefill(pool, q, args.partitions, args.backlog)
+                _, ours = await timed(args.seconds, args.conns, lambda auto=auto, qh=qh: http_pop_ack(s, b.url, qh, 100, auto))
+                _, base = await timed(args.seconds, 2 * pool_max, lambda auto=auto, qr=qr: sql_pop_ack(pool, qr, 100, auto))
                 line(label, ours, base)
         p50, p99, n = await latency(b.url, "bench_lat", 500, args.latency_seconds, args.partitions)
         print(f"push latency at 500 req/s (open loop, {n} requests): p50 {p50:.1f} ms  p99 {p99:.1f} ms", flush=True)
@@ -266,7 +316,12 @@ def main() -> None:
     ap.add_argument("--latency-seconds", type=float, default=6.0)
     ap.add_argument("--partitions", type=int, default=1000)
     ap.add_argument("--conns", type=int, default=50)
+    ap.add_argument("--backlog", type=int, default=100, help="messages per partition before each pop phase")
+    ap.add_argument("--zstd-only", action="store_true", help="only the zstd storage/CPU report")
     args = ap.parse_args()
+    zstd_report()
+    if args.zstd_only:
+        return
     server = os.environ.get("QUEEN_BENCH_DATABASE_URL") or os.environ.get("QUEEN_TEST_DATABASE_URL")
     emb = None
     if not server:
