@@ -351,12 +351,12 @@ class Sweeper:
 
     async def _commit(self, conn: asyncpg.Connection, token: uuid.UUID, p: _Packed) -> list[Any]:
         cfg = self.config
-        async with conn.transaction():
-            return await conn.fetch(
-                Q.timers_fire, token, p.g_tenants, p.g_queues, p.g_keys, p.g_payloads, p.g_codecs,
-                p.f_tenants, p.f_queues, p.f_keys, p.f_errors, p.f_costs,
-                cfg.max_attempts, cfg.backoff_base_ms, cfg.backoff_cap_ms,
-            )  # fmt: skip
+        # One statement in autocommit is one transaction: no BEGIN/COMMIT round trips.
+        return await conn.fetch(
+            Q.timers_fire, token, p.g_tenants, p.g_queues, p.g_keys, p.g_payloads, p.g_codecs,
+            p.f_tenants, p.f_queues, p.f_keys, p.f_errors, p.f_costs,
+            cfg.max_attempts, cfg.backoff_base_ms, cfg.backoff_cap_ms,
+        )  # fmt: skip
 
     async def _fail_all(self, conn: asyncpg.Connection, token: uuid.UUID, p: _Packed, error: str, klass: str) -> list[Any]:
         f = _Packed()
