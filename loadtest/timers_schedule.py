@@ -1,9 +1,9 @@
 """Scenario ``timers_schedule``: schedule throughput in batches of 1, 16 and 256 ops, cancels mixed in.
 
-Closed loop: every user sends as fast as the broker answers. Three weighted tasks post batches of 1, 16
-and 256 schedule ops (request names ``POST /api/v1/timers [1|16|256]``); a fourth cancels one of the
-user's own pending timers through ``DELETE /api/v1/timers/:queue/*timerKey`` and checks it answered
-``cancelled``. The content size Locust records for a schedule request is the number of timers the
+Closed loop: every user sends as fast as the broker answers. Weighted choices post batches of 1, 16
+and 256 schedule ops (request names ``POST /api/v1/timers [1|16|256]``; ``--batches 256`` runs one size
+alone) or cancel one of the user's own pending timers through ``DELETE /api/v1/timers/:queue/*timerKey``
+and check it answered ``cancelled``. The content size Locust records for a schedule request is the number of timers the
 broker accepted, so ops/s = requests/s x average content size (the runner prints it).
 
 Timers get a long delay (``--delay-ms``, default 10 min) so the sweeper stays out of the measurement;
@@ -30,6 +30,13 @@ BATCHES = (1, 16, 256)
 def _args(parser: Any) -> None:
     parser.add_argument("--delay-ms", type=int, default=600_000, help="delay of every scheduled timer")
     parser.add_argument("--queue-prefix", default="lt-sched", help="queues are <prefix>-<run>-<n>")
+    parser.add_argument("--batches", default="1,16,256",
+                        help="batch sizes to run (any of 1,16,256), e.g. 256 to measure one size alone")
+    parser.add_argument("--cancel-weight", type=int, default=3, help="weight of a cancel among the tasks (0: none)")
+
+
+# Relative weights of the tasks: many small batches, some medium, few full ones, cancels mixed in.
+WEIGHTS = {1: 8, 16: 4, 256: 1}
 
 
 class TimerScheduleUser(FastHttpUser):
@@ -66,19 +73,23 @@ class TimerScheduleUser(FastHttpUser):
             if len(ok) != n:
                 resp.failure(f"{n - len(ok)} of {n} ops not scheduled")
 
-    @task(8)
-    def schedule_1(self) -> None:
-        self._batch(1)
+    @task
+    def one(self) -> None:
+        """One weighted choice among the enabled batch sizes and the cancel."""
+        opts = self.environment.parsed_options
+        choices: list[int] = [n for n in (int(x) for x in str(opts.batches).split(",") if x.strip()) if n in WEIGHTS]
+        weights = [WEIGHTS[n] for n in choices]
+        if opts.cancel_weight > 0:
+            choices.append(0)
+            weights.append(int(opts.cancel_weight))
+        if not choices:
+            raise ValueError("--batches must name at least one of 1, 16, 256 (or give --cancel-weight)")
+        pick = random.choices(choices, weights)[0]
+        if pick == 0:
+            self.cancel()
+        else:
+            self._batch(pick)
 
-    @task(4)
-    def schedule_16(self) -> None:
-        self._batch(16)
-
-    @task(1)
-    def schedule_256(self) -> None:
-        self._batch(256)
-
-    @task(3)
     def cancel(self) -> None:
         if not self.pending:
             return
