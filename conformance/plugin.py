@@ -42,6 +42,13 @@ def not_verified(reason: str) -> None:
     raise NotVerified(reason)
 
 
+def cluster_wide(fn: Any) -> Any:
+    """Mark a test that flips a cluster-wide operator switch (sweeper pause, scheduling switch, cluster
+    suspension): it must never run beside another run of the suite against the same broker."""
+    fn.queen_cluster_wide = True
+    return fn
+
+
 # ------------------------------------------------------------------------------------------ options
 
 
@@ -116,24 +123,40 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             "the conformance suite needs --queen-url URL (or run `queen conformance`, which can start a broker)")
 
 
-def contract_index() -> dict[str, list[str]]:
-    """contract id -> test names, by importing the suite's test modules (no broker needed). Unknown ids
-    named by a test are listed under their own key, so the meta-test can catch them."""
+def _test_functions() -> Iterator[tuple[str, str, Any]]:
     import conformance
 
-    index: dict[str, list[str]] = {c.id: [] for c in CONTRACTS}
     for mod in pkgutil.iter_modules(conformance.__path__):
         if not mod.name.startswith("test_"):
             continue
         module = importlib.import_module(f"conformance.{mod.name}")
         for name, fn in vars(module).items():
-            if not name.startswith("test_") or not callable(fn):
-                continue
-            for mark in getattr(fn, "pytestmark", []):
-                if mark.name == "contract":
-                    for cid in mark.args:
-                        index.setdefault(cid, []).append(f"{mod.name}.py::{name}")
+            if name.startswith("test_") and callable(fn):
+                yield mod.name, name, fn
+
+
+def contract_index() -> dict[str, list[str]]:
+    """contract id -> test names, by importing the suite's test modules (no broker needed). Unknown ids
+    named by a test are listed under their own key, so the meta-test can catch them."""
+    index: dict[str, list[str]] = {c.id: [] for c in CONTRACTS}
+    for mod, name, fn in _test_functions():
+        for mark in getattr(fn, "pytestmark", []):
+            if mark.name == "contract":
+                for cid in mark.args:
+                    index.setdefault(cid, []).append(f"{mod}.py::{name}")
     return index
+
+
+def cluster_wide_contracts() -> set[str]:
+    """Contract ids with at least one test marked ``cluster_wide`` (it flips a cluster-wide switch)."""
+    out: set[str] = set()
+    for _mod, _name, fn in _test_functions():
+        marks = getattr(fn, "pytestmark", [])
+        if getattr(fn, "queen_cluster_wide", False):
+            for m in marks:
+                if m.name == "contract":
+                    out.update(m.args)
+    return out
 
 
 # ------------------------------------------------------------------------------------------ outcomes

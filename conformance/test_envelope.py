@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conformance.client import assert_envelope, body, uniq
+from conformance.plugin import cluster_wide
 
 contract = pytest.mark.contract
 
@@ -178,6 +179,7 @@ def test_garbage_refused_in_the_envelope(api, target):
     assert not bad, "refusals outside the envelope:\n" + "\n".join(bad)
 
 
+@cluster_wide
 @contract("ENV-NO-500")
 def test_no_500_on_operator_garbage(admin, target, tenant_a):
     """The operator surface follows the same rule: no 500 for anything an operator can send."""

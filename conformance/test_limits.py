@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from conformance.client import assert_envelope, b64, expect, expect_error, uniq, usage_messages
+from conformance.plugin import cluster_wide
 
 contract = pytest.mark.contract
 
@@ -192,6 +193,7 @@ def test_timers_paused(api, admin, tenant_a):
         expect(push_one(api, q), (200, 201))  # the timers surface only
 
 
+@cluster_wide
 @contract("LIM-CLUSTER-SUSPENDED", "TMR-BLOCKED-HINT")
 def test_cluster_suspended(api, admin, tenant_a):
     q = uniq("q")
@@ -201,6 +203,7 @@ def test_cluster_suspended(api, admin, tenant_a):
         refused_schedule(api, q, 403, "cluster_suspended")
 
 
+@cluster_wide
 @contract("TMR-RUNG-CLASSES", "TMR-CANCEL-PASSES-DISABLED", "TMR-BLOCKED-HINT")
 def test_scheduling_disabled_is_503(api, admin, tenant_a):
     q, k = uniq("q"), uniq("k")
@@ -216,6 +219,7 @@ def test_scheduling_disabled_is_503(api, admin, tenant_a):
 # ----------------------------------------------------------------------------- the DELETE route passes every rung
 
 
+@cluster_wide
 @contract("LIM-CANCEL-EVERY-RUNG", "TMR-CANCEL-PASSES-PAUSED", "TMR-CANCEL-PASSES-QUOTA")
 def test_delete_passes_every_rung(api, admin, tenant_a):
     q = uniq("q")

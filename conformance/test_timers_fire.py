@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from conformance.client import b64, expect, parse_ts, poll, uniq
-from conformance.plugin import not_verified
+from conformance.plugin import cluster_wide, not_verified
 
 contract = pytest.mark.contract
 
@@ -64,6 +64,7 @@ def test_fire_lag_series_exported(api):
     assert "queen_timers_fire_lag_seconds" in resp.text, "queen_timers_fire_lag_seconds missing from /metrics"
 
 
+@cluster_wide
 @contract("TMR-FIRE-ORDER")
 def test_same_cycle_fires_in_expiry_order(api, admin):
     q = uniq("q")
@@ -299,6 +300,7 @@ def test_fire_survives_rungs(api, admin, tenant_a):
         admin.timers_paused(tenant_a, False)
 
 
+@cluster_wide
 @contract("TMR-FIRE-OPERATOR-STOP")
 def test_operator_pauses_the_fire(api, admin):
     q, k = uniq("q"), uniq("k")

@@ -8,6 +8,7 @@ import uuid
 import pytest
 
 from conformance.client import expect, expect_error, poll, uniq
+from conformance.plugin import cluster_wide
 
 contract = pytest.mark.contract
 
@@ -93,6 +94,7 @@ def test_lost_required_precondition(api):
     assert api.kv_ok([{"op": "get", "ns": ns, "key": "other"}])[0]["found"] is False
 
 
+@cluster_wide
 @contract("TXN-TIMERS-DISABLED", "TMR-BATCH-CANCEL-AUTH")
 def test_timers_rider_under_switches(api, admin, tenant_a):
     q, k = uniq("q"), uniq("k")

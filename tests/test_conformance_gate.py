@@ -1,6 +1,7 @@
 """The conformance gate: (1) the whole suite against our broker passes (every contract passed, or NOT
 VERIFIED with a reason; none failed); (2) the suite catches every mutant of conformance/mutants.py, each
-run through the proxy with only the tests of the contracts that mutant breaks.
+run through the proxy with only the tests of the contracts that mutant breaks (side by side, with fresh
+tenants per run, except runs that flip cluster-wide switches, which go one at a time).
 
 The suite runs in a subprocess (``python -m conformance.runner``), exactly as a user's CI runs it.
 """
@@ -13,6 +14,7 @@ import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -20,18 +22,19 @@ import pytest
 
 from broker.localserver import LocalBroker
 from conformance.mutants import MUTANTS, MutantProxy
+from conformance.plugin import cluster_wide_contracts
 from conformance.runner import local_env, mint_tokens
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
-def conf_broker(pg, tmp_path_factory) -> Iterator[tuple[LocalBroker, dict[str, str]]]:
+def conf_broker(pg, tmp_path_factory) -> Iterator[tuple[LocalBroker, dict[str, str], str]]:
     secret = secrets.token_urlsafe(24)
     b = LocalBroker(dsn=pg.new_db(), workers=2, env=local_env(secret),
                     log_path=tmp_path_factory.mktemp("conformance") / "broker.log")
     b.start()
-    yield b, mint_tokens(secret)
+    yield b, mint_tokens(secret), secret
     b.stop()
 
 
@@ -48,7 +51,7 @@ def run_suite(url: str, tokens: dict[str, str], report: Path, *extra: str) -> tu
 
 @pytest.fixture(scope="module")
 def baseline(conf_broker, tmp_path_factory) -> tuple[int, dict[str, Any], str]:
-    broker, tokens = conf_broker
+    broker, tokens, _secret = conf_broker
     return run_suite(broker.url, tokens, tmp_path_factory.mktemp("baseline") / "report.json")
 
 
@@ -66,18 +69,42 @@ def test_suite_passes_against_our_broker(baseline):
     assert code == 0, out
 
 
+def _mutant_run(broker_url: str, secret: str, name: str, workdir: Path) -> tuple[int, dict[str, Any], str]:
+    mutant = MUTANTS[name]
+    selection = [a for cid in mutant.breaks for a in ("--contract", cid)]
+    with MutantProxy(broker_url, name) as proxy_url:
+        # fresh tenants per run: runs side by side never share a plan, a switch or a meter
+        return run_suite(proxy_url, mint_tokens(secret), workdir / f"{name}.json", *selection)
+
+
+@pytest.fixture(scope="module")
+def mutant_runs(conf_broker, baseline, tmp_path_factory) -> dict[str, tuple[int, dict[str, Any], str]]:
+    """Every mutant's run, after the baseline. Runs whose tests flip a cluster-wide switch (sweeper pause,
+    scheduling switch, suspension) go one at a time; the others run side by side, four at a time."""
+    broker, _tokens, secret = conf_broker
+    workdir = tmp_path_factory.mktemp("mutants")
+    wide = cluster_wide_contracts()
+    serial = [n for n in sorted(MUTANTS) if set(MUTANTS[n].breaks) & wide]
+    parallel = [n for n in sorted(MUTANTS) if n not in serial]
+    runs: dict[str, tuple[int, dict[str, Any], str]] = {}
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        futures = {n: pool.submit(_mutant_run, broker.url, secret, n, workdir) for n in parallel}
+        for n, fut in futures.items():
+            runs[n] = fut.result()
+    for n in serial:
+        runs[n] = _mutant_run(broker.url, secret, n, workdir)
+    return runs
+
+
 @pytest.mark.parametrize("name", sorted(MUTANTS))
-def test_suite_catches_mutant(name, conf_broker, baseline, tmp_path):
-    broker, tokens = conf_broker
+def test_suite_catches_mutant(name, baseline, mutant_runs):
     mutant = MUTANTS[name]
     base = baseline[1]["contracts"]
     not_passing = [cid for cid in mutant.breaks if base.get(cid, {}).get("status") != "passed"]
     assert not not_passing, (
         f"mutant {name} proves nothing: against the unmutated broker {not_passing} do not pass "
         f"({[base.get(c, {}).get('status') for c in not_passing]})")
-    selection = [a for cid in mutant.breaks for a in ("--contract", cid)]
-    with MutantProxy(broker.url, mutant) as proxy_url:
-        code, report, out = run_suite(proxy_url, tokens, tmp_path / "report.json", *selection)
+    code, report, out = mutant_runs[name]
     statuses = {cid: report["contracts"].get(cid, {}).get("status") for cid in mutant.breaks}
     assert code != 0, f"mutant {name} ({mutant.bug}) went unnoticed: exit 0\n{out}"
     missed = [cid for cid, st in statuses.items() if st != "failed"]
