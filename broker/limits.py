@@ -59,7 +59,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from broker.errors import TIMERS_HINT_HEADER, TIMERS_HINT_VALUE, ApiError, Forbidden, TooManyRequests
+from broker.errors import (
+    TIMERS_HINT_HEADER,
+    TIMERS_HINT_VALUE,
+    ApiError,
+    Forbidden,
+    TooManyRequests,
+    Unavailable,
+)
 from broker.metrics import LIMIT_REFUSALS
 from broker.store.queries import Q
 
@@ -143,6 +150,7 @@ class LimitsCache:
         self.cell = cell_plan(settings)
         self.refresh_s = settings.limits_refresh_ms / 1000.0
         self.suspended = False
+        self.kv_enabled = True
         self.period_left_s = float(settings.period_seconds)
         self.cell_fetched = float("-inf")
         self.tenants: dict[str, TenantState] = {}
@@ -169,6 +177,7 @@ class LimitsCache:
         rows = await pool.fetch(Q.limits_state, tenants, self.settings.period_seconds)
         for r in rows:
             self.suspended = bool(r["suspended"])
+            self.kv_enabled = bool(r["kv_enabled"])
             self.period_left_s = float(r["period_left_s"])
             self.cell_fetched = started
             tenant = r["tenant"]
@@ -343,6 +352,31 @@ async def timers_paused(broker: Any, tenant: str, value: bool | None = None) -> 
     now = await pool.fetchval(Q.limits_paused_set, tenant, value)
     await _changed(broker, tenant)
     return bool(now)
+
+
+async def kv_enabled(broker: Any, value: bool | None = None) -> bool:
+    """The operator's KV kill switch (cluster-wide), read or set."""
+    pool = broker.require_pool()
+    if value is None:
+        return bool(await pool.fetchval(Q.limits_kv_enabled_get))
+    now = await pool.fetchval(Q.limits_kv_enabled_set, value)
+    await _changed(broker, "*")
+    return bool(now)
+
+
+async def check_kv_enabled(broker: Any, tenant: str, *, in_transaction: bool) -> None:
+    """Refuse every KV call while the operator has switched KV off: 503 ``kv_disabled`` on the KV
+    routes (not the caller's fault), 403 ``kv_disabled`` for the transaction rider. Judged on the
+    worker's cache, so within the same staleness bound as the rungs."""
+    cache = cache_of(broker)
+    await cache.get(broker.require_pool(), tenant)
+    if cache.kv_enabled:
+        return
+    LIMIT_REFUSALS.labels("kv_disabled").inc()
+    detail = "the KV surface is switched off by an operator"
+    if in_transaction:
+        raise Forbidden("kv_disabled", detail, code="kv_disabled")
+    raise Unavailable("kv_disabled", detail, code="kv_disabled", retry_after_s=5)
 
 
 async def cluster_suspended(broker: Any, value: bool | None = None) -> bool:

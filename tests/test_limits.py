@@ -88,9 +88,16 @@ def eventually(fn, timeout=3.0):
         time.sleep(0.05)
 
 
+def settle():
+    """Wait out the staleness bound, so the change is known to every worker whether or not its NOTIFY
+    has arrived yet (the NOTIFY path is tested on its own in test_limits_cluster.py)."""
+    time.sleep(REFRESH_MS / 1000 + 0.1)
+
+
 def set_plan(admin, tenant, **plan):
     r = admin.put(f"/api/v1/admin/tenants/{tenant}/plan", json=plan)
     assert r.status_code == 200, r.text
+    settle()
     return r.json()
 
 
@@ -147,6 +154,7 @@ def test_timers_paused_rung(lb, admin):
         assert schedule(c, "q", "before").status_code == 200
         r = admin.post(f"/api/v1/admin/tenants/{t}/timers-paused", json={"paused": True})
         assert r.json() == {"tenant": t, "paused": True}
+        settle()
         assert admin.get(f"/api/v1/admin/tenants/{t}/timers-paused").json()["paused"] is True
         r = schedule(c, "q", "k")
         refused(r, 403, "timers_paused")
@@ -159,6 +167,7 @@ def test_timers_paused_rung(lb, admin):
         r = c.delete("/api/v1/timers/q/before")
         assert r.status_code == 200 and r.json()["status"] == "cancelled"
         admin.post(f"/api/v1/admin/tenants/{t}/timers-paused", json={"paused": False})
+        settle()
         assert schedule(c, "q", "k").status_code == 200
     r = admin.post(f"/api/v1/admin/tenants/{t}/timers-paused", json={"paused": 1})
     assert r.status_code == 400
@@ -254,6 +263,7 @@ def test_cluster_suspended_rung(lb, admin):
         assert kv_put(c, "k").status_code == 200
         try:
             assert admin.post("/api/v1/admin/cluster/suspended", json={"suspended": True}).json() == {"suspended": True}
+            settle()
             assert admin.get("/api/v1/admin/cluster/suspended").json() == {"suspended": True}
             refused(kv_put(c, "k2"), 403, "cluster_suspended")
             refused(push(c, uniq("q")), 403, "cluster_suspended")
@@ -266,6 +276,7 @@ def test_cluster_suspended_rung(lb, admin):
             assert c.delete("/api/v1/timers/q/keep").json()["status"] == "cancelled"
         finally:
             admin.post("/api/v1/admin/cluster/suspended", json={"suspended": False})
+            settle()
         assert kv_put(c, "k3").status_code == 200
 
 
@@ -278,6 +289,7 @@ def test_delete_still_cancels_while_every_rung_is_on(lb, admin):
         set_plan(admin, t, timersRowQuota=1, periodQuotaMessages=1, storageQuotaBytes=1, rateLimitPerS=1)
         admin.post(f"/api/v1/admin/tenants/{t}/timers-paused", json={"paused": True})
         admin.post("/api/v1/admin/cluster/suspended", json={"suspended": True})
+        settle()
         try:
             # the schedule route refuses the whole batch, even a batch of only a cancel
             r = c.post("/api/v1/timers", json={"operations": [{"op": "cancel", "queue": "q", "timerKey": "a"}]})
@@ -290,6 +302,7 @@ def test_delete_still_cancels_while_every_rung_is_on(lb, admin):
             assert r.json() == {"ok": False, "status": "absent", "queue": "q", "timerKey": "a", "txn": "t2"}
         finally:
             admin.post("/api/v1/admin/cluster/suspended", json={"suspended": False})
+            settle()
 
 
 def _db_exec(dsn, sql, *args):
@@ -326,17 +339,6 @@ def test_staleness_bound(lb, admin):
         assert statuses == {200}
 
 
-def test_admin_change_is_immediate_on_every_worker(lb, admin):
-    t = uniq("im")
-    with client(lb, t) as c:
-        for i in range(4):
-            assert schedule(c, "q", f"w{i}").status_code == 200
-        admin.post(f"/api/v1/admin/tenants/{t}/timers-paused", json={"paused": True})
-        # NOTIFY reaches every worker; allow the notification's own delivery time only
-        time.sleep(0.05)
-        assert {schedule(c, "q", uniq("k")).status_code for _ in range(10)} == {403}
-
-
 def test_unknown_surface_is_a_programming_error():
     from broker import limits
 
@@ -365,3 +367,25 @@ def test_effective_plan_is_the_stricter_value():
     assert not limits.narrows("period_quota_messages", 100, 0)  # 0 = unlimited widens a limit
     assert limits.narrows("rate_limit_per_s", 0, 0) and limits.narrows("rate_limit_per_s", 0, 7)
     assert eff.timer_payload_ceiling == min(1024 * 1024, eff.max_payload_bytes)
+
+
+def test_kv_kill_switch(lb, admin):
+    t = uniq("ks")
+    with client(lb, t) as c:
+        assert kv_put(c, "k").status_code == 200
+        try:
+            assert admin.post("/api/v1/admin/kv", json={"enabled": False}).json() == {"enabled": False}
+            assert admin.get("/api/v1/admin/kv").json() == {"enabled": False}
+            settle()
+            for r in (kv_put(c, "k2"), c.post("/api/v1/kv", json={"operations": [{"op": "get", "ns": "lim", "key": "k"}]}),
+                      c.get("/api/v1/kv/lim/k"), c.put("/api/v1/kv/lim/k?forever=true", content=b"1")):
+                body = refused(r, 503, "kv_disabled")
+                assert body["reason"] == "kv_disabled" and int(r.headers["Retry-After"]) >= 1
+            r = c.post("/api/v1/transaction", json={"operations": [], "kv": [{"op": "get", "ns": "lim", "key": "k"}]})
+            refused(r, 403, "kv_disabled")
+            # the rest of the product is not switched off
+            assert schedule(c, "q", "k").status_code == 200
+        finally:
+            admin.post("/api/v1/admin/kv", json={"enabled": True})
+            settle()
+        assert kv_put(c, "k3").status_code == 200

@@ -1,5 +1,8 @@
-"""Limits hold across brokers: two ``queen serve`` on one database share the rate bucket, the usage and
-the switches, because all of them live in PostgreSQL (each broker only caches, within the bound)."""
+"""Limits hold across brokers: two ``queen serve`` on one database share the rate bucket and the
+switches, because both live in PostgreSQL. The brokers here run with a 60 s refresh interval, so what
+is checked is not the staleness bound (tests/test_limits.py) but the two paths that do not wait for it:
+the rate bucket (one row, taken by every call) and the admin routes' NOTIFY to every worker of every
+broker."""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ import time
 
 import httpx
 
-REFRESH_MS = 150
+LONG_REFRESH_MS = 60_000
 
 
 def kv_put(c, key):
@@ -15,36 +18,37 @@ def kv_put(c, key):
                                                        "forever": True}]})
 
 
-def test_two_brokers_one_database_share_every_limit(pg, start_broker):
+def wait_for(fn, timeout=2.0):
+    deadline = time.monotonic() + timeout
+    while not fn():
+        assert time.monotonic() < deadline, "not seen in time"
+        time.sleep(0.02)
+    return time.monotonic()
+
+
+def test_two_brokers_one_database_share_the_bucket_and_the_switches(pg, start_broker):
     dsn = pg.new_db()
-    env = {"QUEEN_LIMITS_REFRESH_MS": str(REFRESH_MS)}
-    a = start_broker(env=env, workers=1, dsn=dsn)
+    env = {"QUEEN_LIMITS_REFRESH_MS": str(LONG_REFRESH_MS)}
+    a = start_broker(env=env, workers=2, dsn=dsn)
     b = start_broker(env=env, workers=1, dsn=dsn)
     with httpx.Client(base_url=a.url, timeout=30) as ca, httpx.Client(base_url=b.url, timeout=30) as cb:
+        # warm every worker's cache: from here on only NOTIFY (or 60 s) can change what they know
+        for i in range(6):
+            assert kv_put(ca, f"w{i}").status_code == 200 and kv_put(cb, f"w{i}").status_code == 200
+        # a switch set on broker b reaches every worker of broker a long before the 60 s refresh
+        changed = time.monotonic()
+        assert cb.post("/api/v1/admin/cluster/suspended", json={"suspended": True}).status_code == 200
+        seen = wait_for(lambda: all(kv_put(ca, "s").status_code == 403 for _ in range(6)))
+        assert seen - changed < 5
+        assert cb.post("/api/v1/admin/cluster/suspended", json={"suspended": False}).status_code == 200
+        wait_for(lambda: all(kv_put(ca, "s").status_code == 200 for _ in range(6)))
         # the rate bucket is one row: alternating brokers cannot double the rate
         assert ca.put("/api/v1/admin/tenants/default/plan", json={"rateLimitPerS": 4}).status_code == 200
+        wait_for(lambda: kv_put(cb, "r").status_code == 429)
+        time.sleep(1.1)  # a full bucket again
         started = time.monotonic()
         statuses = [kv_put(c, f"r{i}").status_code for i in range(8) for c in (ca, cb)]
         elapsed = time.monotonic() - started
         # 4 in the bucket + what refilled meanwhile (rate x elapsed), whichever broker answered
         assert statuses.count(200) <= 4 + int(4 * elapsed) + 1
-        assert 429 in statuses and set(statuses) == {200, 429}
-        time.sleep(1.1)
-        # storage written through broker a refuses broker b's writes once b's cache is past the bound
-        assert ca.put("/api/v1/admin/tenants/default/plan", json={"storageQuotaBytes": 1000}).status_code == 200
-        for i in range(3):
-            r = kv_put(ca, f"s{i}")
-            if r.status_code == 403:
-                break
-        time.sleep(REFRESH_MS / 1000 * 2)
-        r = kv_put(cb, "from-b")
-        assert r.status_code == 403 and r.json()["error"] == "storage_quota_exceeded"
-        # an operator switch set on broker b holds on broker a at once (NOTIFY reaches every broker)
-        ca.delete("/api/v1/admin/tenants/default/plan")
-        assert cb.post("/api/v1/admin/cluster/suspended", json={"suspended": True}).status_code == 200
-        time.sleep(0.05)
-        r = kv_put(ca, "after")
-        assert r.status_code == 403 and r.json()["error"] == "cluster_suspended"
-        cb.post("/api/v1/admin/cluster/suspended", json={"suspended": False})
-        time.sleep(0.05)
-        assert kv_put(ca, "after").status_code == 200
+        assert set(statuses) == {200, 429}

@@ -128,6 +128,13 @@ async def suspended(request: web.Request) -> web.Response:
     return json_response({"suspended": now})
 
 
+async def kv_switch(request: web.Request) -> web.Response:
+    principal(request).require("admin")
+    value = _flag(await read_object(request), "enabled") if request.method == "POST" else None
+    now = await limits.kv_enabled(request.app[BROKER], value)
+    return json_response({"enabled": now})
+
+
 def setup(app: web.Application) -> None:
     r = app.router
     r.add_get("/api/v1/admin/tenants/{tenant}/plan", plan_get)
@@ -137,4 +144,6 @@ def setup(app: web.Application) -> None:
     r.add_post("/api/v1/admin/tenants/{tenant}/timers-paused", paused)
     r.add_get("/api/v1/admin/cluster/suspended", suspended)
     r.add_post("/api/v1/admin/cluster/suspended", suspended)
+    r.add_get("/api/v1/admin/kv", kv_switch)
+    r.add_post("/api/v1/admin/kv", kv_switch)
     app[BROKER].on_ready("limits", limits.install)

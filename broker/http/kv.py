@@ -8,6 +8,9 @@ happen (the official client then reports ``kv_result_missing`` for a single op, 
 No query string is accepted on this route (400 ``kv_no_query_string``): a prefix must never travel in
 a URL.
 
+An operator can switch the whole KV surface off (``POST /api/v1/admin/kv {"enabled": false}``): every
+KV route then answers 503 ``kv_disabled`` with Retry-After, the transaction rider 403 ``kv_disabled``.
+
 Path routes (curl sugar, ETag = version):
 
 - ``GET /api/v1/kv/{ns}/{key}``: 200 ``{found: true, key, value, version, expiresAt, updatedAt}`` with
@@ -79,6 +82,7 @@ async def _run(request: web.Request, call: KvCall, *, batch: bool) -> web.Respon
     b = request.app[BROKER]
     p = principal(request)
     require_grants(p, call)
+    await limits.check_kv_enabled(b, p.tenant, in_transaction=False)
     if call.writes:
         await limits.admit(b, p, "kv_write", call.writes)
     done = await apply_db(store.apply(b.require_pool(), p.tenant, call))
@@ -146,6 +150,7 @@ async def kv_get(request: web.Request) -> web.StreamResponse:
     call = parse_ops([{"op": "get", "ns": ns, "key": key}], max_ops=1)
     p = principal(request)
     require_grants(p, call)
+    await limits.check_kv_enabled(request.app[BROKER], p.tenant, in_transaction=False)
     done = await apply_db(store.apply(request.app[BROKER].require_pool(), p.tenant, call))
     r = done.results[0]
     if not r["found"]:
@@ -203,6 +208,7 @@ async def _write(request: web.Request, op: dict[str, Any]) -> web.Response:
     p = principal(request)
     call = parse_ops([op], max_ops=1)
     require_grants(p, call)
+    await limits.check_kv_enabled(b, p.tenant, in_transaction=False)
     await limits.admit(b, p, "kv_write", 1)
     done = await apply_db(store.apply(b.require_pool(), p.tenant, call))
     r = done.results[0]

@@ -34,6 +34,7 @@ class KvRider:
 
     async def admit(self, parsed: KvCall, principal: Any, broker: Any) -> None:
         require_grants(principal, parsed)
+        await limits.check_kv_enabled(broker, principal.tenant, in_transaction=True)
         if parsed.writes:
             await limits.admit(broker, principal, "kv_write", parsed.writes)
 

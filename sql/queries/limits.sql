@@ -6,7 +6,7 @@
 -- metering period (by the database clock), and for each tenant of $1 its stored plan, its switches,
 -- its usage in the current period and its gauges (at most 16 slot rows per counter; never a count
 -- over the data). $2 = period seconds. With an empty $1 there is one row with tenant NULL.
-SELECT c.suspended,
+SELECT c.suspended, c.kv_enabled,
        extract(epoch FROM queen_period_start(now(), $2) + $2 * interval '1 second' - now())::float8 AS period_left_s,
        t.tenant,
        p.timers_horizon_ms, p.max_payload_bytes, p.timers_row_quota, p.rate_limit_per_s,
@@ -57,6 +57,12 @@ SELECT coalesce((SELECT timers_paused FROM queen_tenant_switches WHERE tenant = 
 INSERT INTO queen_tenant_switches AS s (tenant, timers_paused, updated_at) VALUES ($1, $2, now())
 ON CONFLICT (tenant) DO UPDATE SET timers_paused = excluded.timers_paused, updated_at = now()
 RETURNING timers_paused
+
+-- name: limits_kv_enabled_get
+SELECT kv_enabled FROM queen_cell_switches WHERE tenant = '*'
+
+-- name: limits_kv_enabled_set
+UPDATE queen_cell_switches SET kv_enabled = $1, updated_at = now() WHERE tenant = '*' RETURNING kv_enabled
 
 -- name: limits_suspended_get
 SELECT suspended FROM queen_cell_switches WHERE tenant = '*'
