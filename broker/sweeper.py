@@ -156,13 +156,16 @@ class _Packed:
     f_keys: list[str] = field(default_factory=list)
     f_errors: list[str] = field(default_factory=list)
     f_costs: list[int] = field(default_factory=list)
+    f_wrap: list[bool] = field(default_factory=list)
 
-    def fail(self, row: Any, error: str, klass: str) -> None:
+    def fail(self, row: Any, error: str, klass: str, *, bad_payload: bool = False) -> None:
+        """``bad_payload``: the payload itself is the failure; the DLQ keeps it inside a JSON envelope."""
         self.f_tenants.append(row["tenant"])
         self.f_queues.append(row["queue"])
         self.f_keys.append(row["timer_key"])
         self.f_errors.append(error)
         self.f_costs.append(0 if klass == "transient" else 1)
+        self.f_wrap.append(bad_payload)
         TIMERS_FIRE_FAILED.labels(klass).inc()
 
     def good(self, row: Any, payload: bytes | None, codec: int) -> None:
@@ -335,12 +338,12 @@ class Sweeper:
                 try:
                     body = self.codec.decompress(body)
                 except CodecError as exc:
-                    p.fail(r, f"payload is not a valid zstd frame: {exc}", "permanent")
+                    p.fail(r, f"payload is not a valid zstd frame: {exc}", "permanent", bad_payload=True)
                     continue
             try:
                 orjson.loads(body)
             except orjson.JSONDecodeError as exc:
-                p.fail(r, f"payload is not valid JSON: {exc}", "permanent")
+                p.fail(r, f"payload is not valid JSON: {exc}", "permanent", bad_payload=True)
                 continue
             codec, sealed = self.codec.pack(body)
             if codec == CODEC_RAW and not r["payload_zstd"]:
@@ -354,7 +357,7 @@ class Sweeper:
         # One statement in autocommit is one transaction: no BEGIN/COMMIT round trips.
         return await conn.fetch(
             Q.timers_fire, token, p.g_tenants, p.g_queues, p.g_keys, p.g_payloads, p.g_codecs,
-            p.f_tenants, p.f_queues, p.f_keys, p.f_errors, p.f_costs,
+            p.f_tenants, p.f_queues, p.f_keys, p.f_errors, p.f_costs, p.f_wrap,
             cfg.max_attempts, cfg.backoff_base_ms, cfg.backoff_cap_ms,
         )  # fmt: skip
 
@@ -367,6 +370,7 @@ class Sweeper:
         f.f_keys += p.f_keys
         f.f_errors += p.f_errors
         f.f_costs += p.f_costs
+        f.f_wrap += p.f_wrap
         return await self._commit(conn, token, f)
 
     async def _fire_each(self, conn: asyncpg.Connection, token: uuid.UUID, p: _Packed) -> list[Any]:
@@ -380,7 +384,8 @@ class Sweeper:
             except asyncpg.PostgresError as exc:
                 out += await self._fail_all(conn, token, one, f"{type(exc).__name__}: {exc}", failure_class(exc))
         if p.f_tenants:
-            rest = _Packed(f_tenants=p.f_tenants, f_queues=p.f_queues, f_keys=p.f_keys, f_errors=p.f_errors, f_costs=p.f_costs)
+            rest = _Packed(f_tenants=p.f_tenants, f_queues=p.f_queues, f_keys=p.f_keys, f_errors=p.f_errors,
+                           f_costs=p.f_costs, f_wrap=p.f_wrap)
             out += await self._commit(conn, token, rest)
         return out
 

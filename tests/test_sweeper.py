@@ -7,6 +7,8 @@ rather than sleeping through a backoff.
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import uuid
 
 import asyncpg
@@ -133,9 +135,9 @@ async def test_a_lost_claim_commits_nothing(db):
     await asyncio.sleep(0.05)  # lease of 10 ms expired
     rows = await conn.fetch(Q.timers_claim, tok_b, 30_000, 10, None, "b", False, 250)
     assert rows[0]["timer_key"] == "k"
-    out = await conn.fetch(Q.timers_fire, tok_a, ["t1"], ["q"], ["k"], [None], [0], [], [], [], [], [], 3, 50, 1000)
+    out = await conn.fetch(Q.timers_fire, tok_a, ["t1"], ["q"], ["k"], [None], [0], [], [], [], [], [], [], 3, 50, 1000)
     assert out == [] and len(await log_rows(conn)) == 0
-    out = await conn.fetch(Q.timers_fire, tok_b, ["t1"], ["q"], ["k"], [None], [0], [], [], [], [], [], 3, 50, 1000)
+    out = await conn.fetch(Q.timers_fire, tok_b, ["t1"], ["q"], ["k"], [None], [0], [], [], [], [], [], [], 3, 50, 1000)
     assert [r["kind"] for r in out] == ["fired"]
 
 
@@ -158,7 +160,10 @@ async def test_permanent_failures_back_off_then_go_to_the_dlq(db):
     dlq = await conn.fetchrow("SELECT * FROM queen_dlq")
     assert dlq["synthetic"] is True and dlq["consumer_group"] == "__timers__" and dlq["queue"] == "q"
     assert dlq["txn"] == "tx-bad" and dlq["retry_count"] == 3 and "not valid JSON" in dlq["error"]
-    assert dlq["payload"] == b"not json" and dlq["producer_sub"] == "sub-t1"
+    assert dlq["producer_sub"] == "sub-t1" and dlq["codec"] == 0 and dlq["key_id"] is None
+    envelope = json.loads(dlq["payload"])  # the DLQ stores JSON; the bad bytes ride inside
+    assert envelope["undeliverable"] is True and base64.b64decode(envelope["payloadBase64"]) == b"not json"
+    assert "not valid JSON" in envelope["error"]
     await sw.stop()
 
 

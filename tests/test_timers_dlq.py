@@ -73,3 +73,16 @@ def test_billed_for_the_promise_not_the_cancel_or_the_fire(start_broker):
         c.post("/api/v1/timers", json={"operations": [{"op": "cancel", "queue": q, "timerKey": "a"}]})
         wait_for(lambda: c.get("/api/v1/messages/lookup", params={"queue": q, "txn": "t2"}).json()["found"])
         assert c.get("/api/v1/usage").json()["messages"] - before == 4
+
+
+def test_an_undeliverable_payload_reaches_the_dlq_as_json(start_broker):
+    b = start_broker(env=ENV, workers=1)
+    q, txn = uniq("bad"), uniq("txn")
+    with httpx.Client(base_url=b.url) as c:
+        op = {**sched(q, "k", txn), "payload": base64.b64encode(b"\xff\x00 not json").decode()}
+        assert c.post("/api/v1/timers", json={"operations": [op]}).status_code == 200
+        rows = wait_for(lambda: (r := c.get("/api/v1/dlq", params={"queue": q})).status_code == 200
+                        and r.json()["messages"])
+        data = rows[0]["data"]
+        assert data["undeliverable"] is True and "JSON" in data["error"]
+        assert base64.b64decode(data["payloadBase64"]) == b"\xff\x00 not json"

@@ -36,8 +36,8 @@ FROM queen_timers_claim($1::uuid, $2::bigint, $3::integer, $4::text, $5::text, $
 -- name: timers_fire
 SELECT kind, tenant, queue, timer_key, lag_s
 FROM queen_timers_fire($1::uuid, $2::text[], $3::text[], $4::text[], $5::bytea[], $6::smallint[],
-                       $7::text[], $8::text[], $9::text[], $10::text[], $11::integer[],
-                       $12::integer, $13::bigint, $14::bigint);
+                       $7::text[], $8::text[], $9::text[], $10::text[], $11::integer[], $12::boolean[],
+                       $13::integer, $14::bigint, $15::bigint);
 
 -- name: timers_release_claims
 -- Drain: hand back claims this sweeper still holds; the rows are due again at once.
