@@ -276,6 +276,11 @@ def test_horizon(api):
     resp = api.timers([api.schedule_op(q, beyond, delay_ms=90 * DAY_MS + 60_000)])
     expect_error(resp, 403, "timer_horizon_exceeded")
     assert api.peek_ok(q, beyond)["found"] is False
+    # a reschedule past the horizon is the same verdict, and leaves the timer as it was
+    before = api.peek_ok(q, within)
+    resp = api.timers([api.schedule_op(q, within, delay_ms=90 * DAY_MS + 60_000, op="reschedule")])
+    expect_error(resp, 403, "timer_horizon_exceeded")
+    assert api.peek_ok(q, within)["deliverAt"] == before["deliverAt"]
     expect(api.cancel(q, within), 200)
 
 
@@ -367,4 +372,11 @@ def test_billed_for_the_promise(api, pytestconfig, target):
     api_b.wait_delivered(q, txn)
     time.sleep(0.1)
     assert _messages(api_b) - before == 8, "the fire counts zero"
+    # a timers rider of a transaction is a batch too: each schedule op counts one
+    data = expect(api_b.http.post("/api/v1/transaction", json={
+        "operations": [], "timers": [api_b.schedule_op(q, uniq("k"), delay_ms=600_000),
+                                     api_b.schedule_op(q, uniq("k"), delay_ms=600_000)]}), 200)
+    assert data.get("success") is True, data
+    assert _messages(api_b) - before == 10, "schedule ops in a transaction are billed like any other"
+    expect(api_b.timers([{"op": "cancel", "queue": q, "timerKey": r["timerKey"]} for r in data["results"]]), 200)
 
