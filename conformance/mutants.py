@@ -377,6 +377,28 @@ def cancel_fake(req: Req, st: dict[str, Any]) -> Req | Resp:
     return req
 
 
+def tenant_ignored(req: Req, st: dict[str, Any]) -> Req:
+    """Tenant isolation lost: every call runs under the first credential the broker saw."""
+    key = next((k for k in req.headers if k.lower() == "authorization"), None)
+    if key is not None:
+        first = st.setdefault("auth", req.headers[key])
+        req.headers[key] = first
+    return req
+
+
+def producer_sub_rewritten(req: Req, resp: Resp, st: dict[str, Any]) -> Resp:
+    """The delivered frame does not carry the scheduler's authenticated sub."""
+    data = resp.json()
+    if isinstance(data, dict) and (req.path.startswith("/api/v1/pop/") or req.path == "/api/v1/messages/lookup"):
+        if data.get("producerSub"):
+            data["producerSub"] = "billing-service"
+        for m in data.get("messages") or []:
+            if isinstance(m, dict) and m.get("producerSub"):
+                m["producerSub"] = "billing-service"
+        resp.set_json(data)
+    return resp
+
+
 MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("absent-ok-true", ("TMR-ABSENT-OK-FALSE",), "absent answered with ok: true", on_response=absent_ok_true),
     Mutant("hint-dropped", ("TMR-BLOCKED-HINT",), "the x-queen-timers-hint header is dropped", on_response=hint_dropped),
@@ -421,6 +443,10 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
            on_response=deliver_at_promised_late),
     Mutant("cancel-fake", ("TMR-CANCEL-WITHDRAWS",), "DELETE answers cancelled but the timer still fires",
            on_request=cancel_fake),
+    Mutant("tenant-ignored", ("TMR-TENANT-ISOLATION", "TMR-ABSENT-OTHER-TENANT", "KV-TENANT-ISOLATION"),
+           "tenant isolation lost (every call runs as the first tenant seen)", on_request=tenant_ignored),
+    Mutant("producer-sub-forged", ("TMR-PRODUCERSUB-ATTESTED",), "the frame's producerSub is not the scheduler's",
+           on_response=producer_sub_rewritten),
     Mutant("kv-delete-absent-404", ("KV-DELETE-ABSENT-200",), "a delete of a missing key answered 404",
            on_response=kv_delete_absent_404),
 )}
