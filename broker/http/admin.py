@@ -5,8 +5,8 @@
 - ``GET /api/v1/admin/ping``: the ``admin`` grant; the cheapest way to check an admin token.
   ``POST /api/v1/admin/ping`` with an optional JSON object body answers it back under ``"echo"`` (it
   goes through the same body parsing as every other route: content type, size limit, envelope).
-- ``GET /api/v1/test/sleep?ms=N``: a request that takes N ms (at most 60 000) to answer, for drain
-  tests. Refused with 403 ``test_hooks_disabled`` unless ``QUEEN_TEST_HOOKS=1``.
+- ``GET /api/v1/test/sleep?ms=N``: a request that takes N ms (at most 60 000) to complete, for drain
+  tests: status and headers at once, the JSON body after the sleep. Refused with 403 ``test_hooks_disabled`` unless ``QUEEN_TEST_HOOKS=1``.
 
 Other surfaces add their own admin routes in their own modules.
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 
+import orjson
 from aiohttp import web
 
 from broker.app import BROKER, principal
@@ -38,12 +39,18 @@ async def admin_ping(request: web.Request) -> web.Response:
     return json_response(body)
 
 
-async def sleep_hook(request: web.Request) -> web.Response:
+async def sleep_hook(request: web.Request) -> web.StreamResponse:
     if not request.app[BROKER].settings.test_hooks:
         raise Forbidden("test_hooks_disabled", "test hooks are off; start the broker with QUEEN_TEST_HOOKS=1")
     ms = q_int(request, "ms", 1_000, lo=0, hi=MAX_SLEEP_MS)
+    # The status line and headers go out first, so a test knows the request is in flight in a worker
+    # (not waiting in the accept queue) before it, say, sends SIGTERM; the body follows after the sleep.
+    resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+    await resp.prepare(request)
     await asyncio.sleep(ms / 1000)
-    return json_response({"slept_ms": ms, "worker_id": request.app[BROKER].worker_index})
+    await resp.write(orjson.dumps({"slept_ms": ms, "worker_id": request.app[BROKER].worker_index}))
+    await resp.write_eof()
+    return resp
 
 
 def setup(app: web.Application) -> None:
