@@ -3,8 +3,9 @@
 Ours: one ``broker.sweeper.Sweeper.run_once()`` cycle: the claim statement (``queen_timers_claim``: tenant
 slices, SKIP LOCKED, lease token), packing in Python (JSON check, sealing) and the fire statement
 (``queen_timers_fire``: delete the rows still holding the token, ``queen_push`` into the log).
-Baseline: one bare statement that deletes the same due rows (SKIP LOCKED) and pushes them through the
-same ``queen_push``: the floor with no lease, no token and no round trip in between. Each round is
+Baseline: bare SQL in one transaction: a DELETE .. RETURNING of the same due rows (SKIP LOCKED), then the
+same ``queen_push`` with those rows in fire order: the floor with no lease, no token, no packing and no
+second pass over the rows. Each round is
 seeded (not timed) with 1,000 due rows spread over 8 partitions of one queue; each test has its own
 database.
 """
@@ -47,8 +48,17 @@ def test_fire_bare_sql_baseline(benchmark, bench_pg, loop):  # type: ignore[no-u
     conn = loop.run_until_complete(asyncpg.connect(dsn))
     fired: list[int] = []
     try:
+        async def bare() -> int:
+            async with conn.transaction():
+                rows = sorted(await conn.fetch(SQL["bare_take"], "acme", N),
+                              key=lambda r: (r["queue"], r["partition"], r["deliver_at"], r["timer_key"]))
+                return await conn.fetchval(
+                    SQL["bare_push"], "acme", [r["queue"] for r in rows], [r["partition"] for r in rows],
+                    [r["message_id"] for r in rows], [r["txn"] for r in rows], len(rows),
+                    [r["payload"] for r in rows], [r["producer_sub"] for r in rows])
+
         def fire() -> None:
-            fired.append(loop.run_until_complete(conn.fetchval(SQL["bare_fire"], "acme", N)))
+            fired.append(loop.run_until_complete(bare()))
 
         benchmark.pedantic(fire, setup=lambda: _seed(loop, conn, "acme"), rounds=ROUNDS, iterations=1)
         assert fired and all(n == N for n in fired)

@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
@@ -67,16 +69,23 @@ class BenchPg:
 
 
 @pytest.fixture(scope="session")
-def bench_pg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BenchPg]:
+def bench_pg() -> Iterator[BenchPg]:
     url = os.environ.get("QUEEN_BENCH_DATABASE_URL")
     if url:
         yield BenchPg(url)
         return
     from broker.store import embedded
 
-    emb = embedded.start(Path(tmp_path_factory.mktemp("benchpg")))
-    yield BenchPg(emb.dsn(), emb)
-    emb.stop()
+    # Not under pytest's basetemp: every pytest session that starts on this machine chmods
+    # /tmp/pytest-of-<user> back to 0700, which locks out the unprivileged user embedded PostgreSQL runs
+    # as (initdb then fails with "Permission denied").
+    data = Path(tempfile.mkdtemp(prefix="queen-bench-pg-"))
+    emb = embedded.start(data)
+    try:
+        yield BenchPg(emb.dsn(), emb)
+    finally:
+        emb.stop()
+        shutil.rmtree(data, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
