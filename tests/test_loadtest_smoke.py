@@ -35,7 +35,7 @@ def test_timers_lag_measures_fire_and_delivery_lag(broker: LocalBroker, tmp_path
     assert s["schedule_failures"] == 0, s["failures"]
     assert s["scheduled"] >= 200  # 100/s for 4 s of scheduling, loosely
     assert s["received"] >= 0.5 * s["scheduled"]  # the rest may still be due when the run stops on a busy box
-    assert s["fire_lag"]["count"] >= s["scheduled"]  # the broker histogram saw at least our fires
+    assert s["fire_lag"]["count"] >= s["received"]  # the broker histogram saw at least the fires we received
     assert s["fire_lag"]["p99_ms"] is not None and s["delivery_lag"]["p99_ms"] is not None
     stats = _stats(tmp_path, "timers_lag")
     # both lags are Locust request types of their own, in its CSV
@@ -80,7 +80,7 @@ def test_distributed_master_and_two_workers(broker: LocalBroker, tmp_path: Path)
 
 def test_capacity_steps_the_rate(broker: LocalBroker, tmp_path: Path) -> None:
     rc = runner.main(["capacity", "--url", broker.url, "--rates", "50,100", "--step-duration", "5", "--window-ms", "500",
-                      "--slo-p99-ms", "5000", "--out", str(tmp_path)])
+                      "--slo-p99-ms", "5000", "--hold-fraction", "0.5", "--out", str(tmp_path)])
     assert rc == 0
     s = _summary(tmp_path)
     assert [st["target_rate"] for st in s["steps"]] == [50.0, 100.0]
