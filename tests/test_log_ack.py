@@ -148,10 +148,25 @@ def test_replay_requeues_a_new_message_and_refuses_synthetic_rows(http, broker):
             await conn.close()
 
     run_sync(insert())
+
+    async def insert_not_json():
+        conn = await asyncpg.connect(broker.dsn)
+        try:
+            await conn.execute(
+                "INSERT INTO queen_dlq (tenant, id, queue, partition, consumer_group, synthetic, message_id, txn, payload,"
+                " error, retry_count) VALUES ('default', $1, $2, 'Default', '__timers__', true, $3, 'timer-raw',"
+                " '\\xff00fe'::bytea, 'payload is not JSON', 5)", uuid.uuid4(), q, uuid.uuid4())
+        finally:
+            await conn.close()
+
+    run_sync(insert_not_json())
+    rows = {d["transactionId"]: d for d in http.get("/api/v1/dlq", params={"queue": q}).json()["messages"]}
+    assert rows["timer-txn"]["data"] == "x"
+    assert rows["timer-raw"]["data"] is None and rows["timer-raw"]["payloadBase64"] == "/wD+"
     r = http.post(f"/api/v1/dlq/{synthetic_id}/replay")
     assert r.status_code == 409
     body = r.json()
     assert body["error"] == "dlq_replay_refused" and body["reason"] == "synthetic_consumer_group" and body["detail"]
     listed = http.get("/api/v1/dlq", params={"queue": q}).json()["messages"]
-    assert listed[0]["synthetic"] is True and listed[0]["consumerGroup"] == "__timers__"
+    assert all(d["synthetic"] is True and d["consumerGroup"] == "__timers__" for d in listed)
     assert pop(http, q) == []

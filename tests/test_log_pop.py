@@ -225,3 +225,15 @@ def test_long_poll_ends_promptly_when_the_worker_drains(start_broker):
     th.join(15)
     assert out["status"] == 204
     assert out["t"] - t0 < 3
+
+
+def test_pop_by_namespace_and_task(http):
+    ns = uniq("ns")
+    quiet, busy = uniq("quiet"), uniq("busy")
+    for q in (quiet, busy):
+        assert http.post("/api/v1/configure", json={"queue": q, "namespace": ns, "task": "t1"}).status_code == 200
+    push(http, busy, ["work"])
+    r = http.get("/api/v1/pop", params={"namespace": ns, "task": "t1", "wait": "false"})
+    assert r.status_code == 200 and r.json()["queue"] == busy and r.json()["messages"][0]["data"] == "work"
+    assert http.get("/api/v1/pop", params={"namespace": uniq("none"), "wait": "false"}).status_code == 204
+    assert http.get("/api/v1/pop", params={"wait": "false"}).status_code == 400

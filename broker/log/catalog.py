@@ -91,7 +91,7 @@ def _dlq_row(b: Any, tenant: str, r: Any) -> dict[str, Any]:
         out["data"] = None
     else:
         opened = open_(b.codec, b.keyring, tenant, r["queue"], Sealed(r["payload"], r["codec"], r["key_id"]))
-        out.update(render.data_fields(opened))
+        out.update(render.checked_data_fields(opened))
     return out
 
 
@@ -176,7 +176,7 @@ async def message_get(b: Any, tenant: str, pid: uuid.UUID, txn: str) -> dict[str
         "id": str(r["id"]),
         "transactionId": r["txn"],
         "traceId": str(r["trace_id"]) if r["trace_id"] else None,
-        **render.data_fields(opened),
+        **render.checked_data_fields(opened),
         "producerSub": r["producer_sub"],
         "createdAt": render.ts(r["created_at"]),
         "deadlineAt": render.ts(r["deadline_at"]),

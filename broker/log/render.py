@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,6 +25,17 @@ def data_fields(opened: bytes | Undecryptable) -> dict[str, Any]:
     if isinstance(opened, Undecryptable):
         return {"data": None, "undecryptable": True, "decryptError": opened.reason, "keyId": opened.key_id}
     return {"data": orjson.Fragment(opened)}
+
+
+def checked_data_fields(opened: bytes | Undecryptable) -> dict[str, Any]:
+    """Like ``data_fields`` for rows that may hold bytes that are not JSON (a timer dead-lettered because
+    its payload was not JSON): such bytes come back base64 under ``payloadBase64`` with ``data: null``."""
+    if isinstance(opened, Undecryptable):
+        return data_fields(opened)
+    try:
+        return {"data": orjson.loads(opened)}
+    except orjson.JSONDecodeError:
+        return {"data": None, "notJson": True, "payloadBase64": base64.b64encode(opened).decode()}
 
 
 def push_result(i: int, item_queue: str, txn: str, row: Any) -> dict[str, Any]:
