@@ -237,3 +237,44 @@ def test_pop_by_namespace_and_task(http):
     assert r.status_code == 200 and r.json()["queue"] == busy and r.json()["messages"][0]["data"] == "work"
     assert http.get("/api/v1/pop", params={"namespace": uniq("none"), "wait": "false"}).status_code == 204
     assert http.get("/api/v1/pop", params={"wait": "false"}).status_code == 400
+
+
+def test_concurrent_consumers_get_every_message_exactly_once(broker):
+    import asyncio
+
+    from conftest import run_sync
+
+    q = uniq("race")
+    n_parts, per_part = 6, 40
+
+    async def go():
+        async with httpx.AsyncClient(base_url=broker.url, timeout=30) as c:
+            await asyncio.gather(*[
+                c.post("/api/v1/push", json={"items": [{"queue": q, "partition": f"p{p}", "payload": [p, i]}
+                                                       for i in range(per_part)]}) for p in range(n_parts)])
+            seen: list[tuple[int, int]] = []
+
+            async def consumer():
+                idle = 0
+                while idle < 3:
+                    r = await c.get(f"/api/v1/pop/queue/{q}", params={"batch": 7, "wait": "false"})
+                    if r.status_code == 204:
+                        idle += 1
+                        await asyncio.sleep(0.05)
+                        continue
+                    idle = 0
+                    msgs = r.json()["messages"]
+                    seen.extend(tuple(m["data"]) for m in msgs)
+                    res = await c.post("/api/v1/ack/batch", json={"acknowledgments": [
+                        {"transactionId": m["transactionId"], "partitionId": m["partitionId"], "leaseId": m["leaseId"],
+                         "status": "completed"} for m in msgs]})
+                    assert all(x["success"] for x in res.json())
+
+            await asyncio.gather(*[consumer() for _ in range(8)])
+            return seen
+
+    seen = run_sync(go())
+    assert sorted(seen) == sorted((p, i) for p in range(n_parts) for i in range(per_part))
+    # FIFO per partition across consumers
+    for p in range(n_parts):
+        assert [i for (pp, i) in seen if pp == p] == list(range(per_part))
