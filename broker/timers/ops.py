@@ -84,16 +84,22 @@ def bad(reason: str, detail: str, index: int | None = None, **extra: object) -> 
 
 
 def check_name(value: object, field: str, reason: str, limit: int, index: int | None = None) -> str:
-    if not isinstance(value, str) or not value:
+    if type(value) is not str or not value:
         raise bad(reason, f"`{field}` must be a non-empty string", index, field=field)
-    if len(value.encode("utf-8", "surrogatepass")) > limit:
-        raise bad("timers_name_too_long", f"`{field}` is longer than {limit} bytes", index, field=field)
+    if len(value) * 4 > limit:  # only a long name can be too long in bytes: encode just those
+        try:
+            size = len(value.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise bad("timers_bad_name", f"`{field}` is not valid UTF-8 text", index, field=field) from None
+        if size > limit:
+            raise bad("timers_name_too_long", f"`{field}` is longer than {limit} bytes", index, field=field)
+    elif not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise bad("timers_bad_name", f"`{field}` is not valid UTF-8 text", index, field=field) from None
     if "\x00" in value:
         raise bad("timers_bad_name", f"`{field}` contains a NUL character", index, field=field)
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise bad("timers_bad_name", f"`{field}` is not valid UTF-8 text", index, field=field) from None
     return value
 
 

@@ -11,6 +11,7 @@ on in between cannot leave cleartext at rest (the call re-reads the flags once a
 from __future__ import annotations
 
 import base64
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -176,12 +177,15 @@ async def apply(
                 continue
             raise
     out: list[dict[str, Any]] = []
+    counts: Counter[str] = Counter()
     for op, row in zip(ops, rows, strict=True):
         status = Status(row["status"])
-        TIMERS_OPS.labels(status.value).inc()
+        counts[status.value] += 1
         out.append(
             result(status, op.queue, op.key, txn=row["txn"], message_id=row["message_id"], deliver_at=row["deliver_at"])
         )
+    for value, n in counts.items():
+        TIMERS_OPS.labels(value).inc(n)
     return out
 
 

@@ -31,7 +31,7 @@ def iso_us(dt: datetime | None) -> str | None:
     """``YYYY-MM-DDTHH:MM:SS.ffffffZ`` in UTC: sorts as a string in time order."""
     if dt is None:
         return None
-    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return dt.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 def result(
