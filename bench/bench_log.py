@@ -13,6 +13,7 @@ DSN), a fresh database, and a real ``queen serve`` with 2 workers (synchronous_c
   baseline  the same ``queen_push`` / ``queen_pop`` / ``queen_ack`` calls straight over asyncpg from
             as many connections as the broker's pools hold (2 x QUEEN_POOL_MAX), measured in the same
             run: the ratio says what the HTTP edge (parsing, sealing, rendering, Python) costs;
+  wake-up   push sent -> a parked long poll answered;
   latency   push p50/p99 at a steady (open-loop) 500 requests/s of one item each;
   zstd      stored size and CPU per payload of the at-rest compression (``--zstd-only``: just that).
 
@@ -225,6 +226,25 @@ class Cpu:
         return f"cpu/s: broker {d[0] / wall:.2f}, postgres {d[1] / wall:.2f}, load generator {d[2] / wall:.2f}"
 
 
+async def wake_latency(url: str, rounds: int = 20) -> tuple[float, float]:
+    """A long poll parked on an empty queue, then one push: time from sending the push to the pop's
+    answer (median, max in ms). Includes the push's own commit."""
+    out: list[float] = []
+    async with aiohttp.ClientSession() as s:
+        for i in range(rounds):
+            q = f"wake_{i}"
+            poll = asyncio.create_task(s.get(f"{url}/api/v1/pop/queue/{q}", params={"wait": "true", "timeout": "10000"}))
+            await asyncio.sleep(0.2)
+            t0 = time.perf_counter()
+            await http_push(s, url, q, 1, 1)
+            r = await poll
+            await r.read()
+            assert r.status == 200
+            out.append((time.perf_counter() - t0) * 1000)
+    out.sort()
+    return statistics.median(out), out[-1]
+
+
 def zstd_report() -> None:
     """What storing payloads zstd-compressed (QUEEN_ZSTD_THRESHOLD_BYTES, level QUEEN_ZSTD_LEVEL) saves
     and costs: stored bytes and CPU per payload, through the broker's own Codec."""
@@ -301,6 +321,8 @@ async def run(args: argparse.Namespace, server_dsn: str) -> None:
                 _, ours = await timed(args.seconds, args.conns, lambda auto=auto, qh=qh: http_pop_ack(s, b.url, qh, 100, auto))
                 _, base = await timed(args.seconds, 2 * pool_max, lambda auto=auto, qr=qr: sql_pop_ack(pool, qr, 100, auto))
                 line(label, ours, base)
+        med, worst = await wake_latency(b.url)
+        print(f"long-poll wake-up (push sent -> waiting pop answered): median {med:.1f} ms, max {worst:.1f} ms", flush=True)
         p50, p99, n = await latency(b.url, "bench_lat", 500, args.latency_seconds, args.partitions)
         print(f"push latency at 500 req/s (open loop, {n} requests): p50 {p50:.1f} ms  p99 {p99:.1f} ms", flush=True)
         left = await pool.fetchval("SELECT sum(next_seq - 1) FROM queen_partitions WHERE queue = 'bench'")

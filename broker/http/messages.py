@@ -117,7 +117,8 @@ async def ack_batch(request: web.Request) -> web.Response:
     group = body.get("consumerGroup")
     if group is not None:
         group = parse.name(group, "consumerGroup")
-    items = [parse.ack_item(a, f"acknowledgments[{i}]", group) for i, a in enumerate(acks)]
+    memo: dict = {}
+    items = [parse.ack_item(a, f"acknowledgments[{i}]", group, memo) for i, a in enumerate(acks)]
     return json_response(await _svc(request).ack(p, items))
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -64,6 +65,9 @@ class AckItem:
     error: str | None
 
 
+_CONTROL = re.compile(r"[\x00-\x1f]")
+
+
 def name(value: Any, what: str, *, default: str | None = None) -> str:
     if value is None and default is not None:
         return default
@@ -71,7 +75,7 @@ def name(value: Any, what: str, *, default: str | None = None) -> str:
         raise BadRequest("bad_name", f"{what} must be a non-empty string")
     if len(value) > MAX_NAME:
         raise BadRequest("bad_name", f"{what} is longer than {MAX_NAME} characters")
-    if any(ord(ch) < 32 for ch in value):
+    if _CONTROL.search(value):
         raise BadRequest("bad_name", f"{what} contains a control character")
     return value
 
@@ -87,10 +91,19 @@ def push_items(raw: Any, *, max_payload: int, where: str = "items") -> list[Push
         raise BadRequest("bad_items", f"{where} must be an array of push items")
     if len(raw) > MAX_ITEMS:
         raise BadRequest("too_many_items", f"{where} holds {len(raw)} items; at most {MAX_ITEMS} per call")
-    return [push_item(it, f"{where}[{i}]", max_payload) for i, it in enumerate(raw)]
+    seen: set[str] = set()
+    return [push_item(it, f"{where}[{i}]", max_payload, seen) for i, it in enumerate(raw)]
 
 
-def push_item(it: Any, where: str, max_payload: int) -> PushItem:
+def _name_once(value: Any, what: str, seen: set[str], default: str | None = None) -> str:
+    if isinstance(value, str) and value in seen:
+        return value
+    out = name(value, what, default=default)
+    seen.add(out)
+    return out
+
+
+def push_item(it: Any, where: str, max_payload: int, seen: set[str] | None = None) -> PushItem:
     if not isinstance(it, dict):
         raise BadRequest("bad_item", f"{where} must be an object")
     for key in it:
@@ -100,8 +113,9 @@ def push_item(it: Any, where: str, max_payload: int) -> PushItem:
             )
         if key not in PUSH_ITEM_KEYS:
             raise BadRequest("unknown_field", f"{where}.{key} is not a push item field", extra={"field": key})
-    queue = name(it.get("queue"), f"{where}.queue")
-    partition = name(it.get("partition"), f"{where}.partition", default=DEFAULT_PARTITION)
+    seen = set() if seen is None else seen
+    queue = _name_once(it.get("queue"), f"{where}.queue", seen)
+    partition = _name_once(it.get("partition"), f"{where}.partition", seen, DEFAULT_PARTITION)
     if "payload" not in it:
         raise BadRequest("payload_required", f"{where}.payload is required (any JSON value, null included)")
     data = orjson.dumps(it["payload"])
@@ -189,11 +203,18 @@ def queue_options(raw: Any, current: QueueOptions | None = None) -> QueueOptions
     return QueueOptions(lease, retry, dlq, enc, extra)
 
 
-def ack_item(raw: Any, where: str, default_group: str | None) -> AckItem:
+def ack_item(raw: Any, where: str, default_group: str | None, memo: dict[Any, Any] | None = None) -> AckItem:
+    """One acknowledgement. ``memo`` (shared by the items of one call) remembers partition ids and
+    group names already checked: a batch ack repeats the same few."""
     if not isinstance(raw, dict):
         raise BadRequest("bad_ack", f"{where} must be an object")
+    memo = {} if memo is None else memo
     txn = txn_id(raw.get("transactionId"), f"{where}.transactionId")
-    pid = parse_uuid(raw.get("partitionId"), f"{where}.partitionId")
+    raw_pid = raw.get("partitionId")
+    pid = memo.get(raw_pid) if isinstance(raw_pid, str) else None
+    if pid is None:
+        pid = parse_uuid(raw_pid, f"{where}.partitionId")
+        memo[raw_pid] = pid
     status = raw.get("status", "completed")
     if status is True:
         status = "completed"
@@ -205,7 +226,9 @@ def ack_item(raw: Any, where: str, default_group: str | None) -> AckItem:
     lease = maybe_uuid(lease_raw)
     malformed = lease is None and lease_raw not in (None, "")
     group = raw.get("consumerGroup") or default_group or QUEUE_MODE
-    group = name(group, f"{where}.consumerGroup")
+    if ("group", group) not in memo:
+        name(group, f"{where}.consumerGroup")
+        memo[("group", group)] = True
     err = raw.get("error")
     if err is not None and not isinstance(err, str):
         err = orjson.dumps(err).decode()

@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import base64
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
 
 from broker.payloads import Undecryptable
 
+_ZERO = timedelta(0)
+
 
 def ts(value: datetime | None) -> str | None:
     """``YYYY-MM-DDTHH:MM:SS.mmmZ`` (UTC, milliseconds), the format the client parses."""
     if value is None:
         return None
-    v = value.astimezone(UTC)
-    return v.strftime("%Y-%m-%dT%H:%M:%S.") + f"{v.microsecond // 1000:03d}Z"
+    if value.utcoffset() != _ZERO:
+        value = value.astimezone(UTC)
+    return value.replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"
 
 
 def data_fields(opened: bytes | Undecryptable) -> dict[str, Any]:

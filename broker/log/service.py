@@ -297,10 +297,11 @@ class LogService:
             for (i, _), r in zip(ok_items, rows, strict=True):
                 verdicts[i] = (r["success"], r["error"], r["dead_lettered"])
         out = []
+        acked: dict[str, int] = {}
         for i, it in enumerate(items):
             success, error, dlq = verdicts[i]
             if success:
-                MESSAGES_ACKED.labels(it.status).inc()
+                acked[it.status] = acked.get(it.status, 0) + 1
             out.append({
                 "index": i,
                 "transactionId": it.txn,
@@ -310,6 +311,8 @@ class LogService:
                 "error": error,
                 "dlq": dlq,
             })
+        for status, n in acked.items():
+            MESSAGES_ACKED.labels(status).inc(n)
         return out
 
     # ---- leases
