@@ -131,7 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def pytest_args(args: argparse.Namespace, url: str, tokens: dict[str, str | None], extra: list[str]) -> list[str]:
-    argv = [str(SUITE_DIR), "-p", "no:cacheprovider", "--rootdir", str(SUITE_DIR.parent), "--queen-url", url]
+    # Hermetic: the suite's own (empty) configuration, whatever directory the user runs it from.
+    argv = [str(SUITE_DIR), "-c", os.devnull, "--rootdir", str(SUITE_DIR.parent), "-p", "no:cacheprovider",
+            "--queen-url", url]
     for opt, key in (("--queen-token", "token"), ("--queen-token-b", "token_b"), ("--queen-admin-token", "admin_token"),
                      ("--queen-token-produce-only", "token_produce_only"),
                      ("--queen-token-consume-only", "token_consume_only")):
@@ -151,6 +153,9 @@ def pytest_args(args: argparse.Namespace, url: str, tokens: dict[str, str | None
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Third-party pytest plugins installed next to the suite (reorderers, xdist, asyncio...) stay out of a
+    # gate run unless asked for with -p NAME; this also halves the start-up cost.
+    os.environ.setdefault("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     import pytest
 
     args, extra = build_parser().parse_known_args(argv)

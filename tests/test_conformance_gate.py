@@ -39,7 +39,7 @@ def conf_broker(pg, tmp_path_factory) -> Iterator[tuple[LocalBroker, dict[str, s
 
 
 def run_suite(url: str, tokens: dict[str, str], report: Path, *extra: str) -> tuple[int, dict[str, Any], str]:
-    argv = [sys.executable, "-m", "conformance.runner", "--url", url, "--report", str(report), "-q", "-p", "no:randomly"]
+    argv = [sys.executable, "-m", "conformance.runner", "--url", url, "--report", str(report), "-q"]
     for opt, key in (("--token", "token"), ("--token-b", "token_b"), ("--admin-token", "admin_token"),
                      ("--token-produce-only", "token_produce_only"), ("--token-consume-only", "token_consume_only")):
         argv += [opt, tokens[key]]
