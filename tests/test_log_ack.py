@@ -170,3 +170,16 @@ def test_replay_requeues_a_new_message_and_refuses_synthetic_rows(http, broker):
     listed = http.get("/api/v1/dlq", params={"queue": q}).json()["messages"]
     assert all(d["synthetic"] is True and d["consumerGroup"] == "__timers__" for d in listed)
     assert pop(http, q) == []
+
+
+def test_the_same_message_twice_in_one_batch(http):
+    q = uniq("twice")
+    push(http, q, [1, 2, 3])
+    msgs = pop(http, q, batch=3)
+    body = {"acknowledgments": [{k: m[k] for k in ("transactionId", "partitionId", "leaseId")} | {"status": "completed"}
+                                for m in (msgs[2], msgs[2], msgs[0], msgs[0])]}
+    r = http.post("/api/v1/ack/batch", json=body)
+    assert r.status_code == 200 and all(x["success"] for x in r.json())
+    assert pop(http, q) == []  # message 2 still leased
+    assert ack(http, msgs[1])[0]["success"]
+    assert pop(http, q) == [] and http.get(f"/api/v1/resources/queues/{q}").json()["consumerGroups"][0]["pending"] == 0
