@@ -373,7 +373,7 @@ assert len(BY_ID) == len(CONTRACTS), "duplicate contract id"
 # auditable: each is a reason, a design statement or advice to clients, not a behaviour a broker can be
 # caught violating over HTTP.
 INFORMATIVE: tuple[tuple[str, str], ...] = (
-    ("A timer is a message that is not in the log yet. Scheduling one promises a frame ...", "definition"),
+    ("A timer is a message that is not in the log yet.", "definition (its promise is TMR-CANCEL-WITHDRAWS)"),
     ("... this is the first surface in the product whose call rate is decided by somebody else's web traffic.",
      "rationale for TMR-NO-TENANT-LIST"),
     ("Classifying all timer traffic as a produce variant ... would therefore 403 the cancels ...",
@@ -404,7 +404,7 @@ INFORMATIVE: tuple[tuple[str, str], ...] = (
      "rationale for TMR-PEEK-NO-DECRYPT"),
     ("The same one-sentence rule governs the three refusals as on the KV routes", "covered by TMR-RUNG-CLASSES"),
     ("... it is what keeps the row quota cyclic instead of permanent ... schedule rate times the horizon.",
-     "rationale for the horizon"),
+     "rationale for the horizon; that a cancel frees the row quota is checked in LIM-TIMERS-QUOTA"),
     ("A timer becomes a message: a ceiling of its own would be a service entrance past the plan's own payload limit.",
      "rationale for TMR-PAYLOAD-CEILING"),
     ("The reason is structural rather than commercial ... never crosses the gateway ...", "rationale for metering"),

@@ -93,7 +93,7 @@ def local_broker(workers: int = 2) -> Iterator[tuple[str, dict[str, str]]]:
 
 
 def print_catalogue(out=None) -> None:
-    from conformance.catalogue import CONTRACTS
+    from conformance.catalogue import CONTRACTS, INFORMATIVE
     from conformance.plugin import contract_index
 
     out = out or sys.stdout
@@ -104,6 +104,9 @@ def print_catalogue(out=None) -> None:
         for t in index.get(c.id, []) or ["(no test!)"]:
             print(f"    test: {t}", file=out)
     print(f"\n{len(CONTRACTS)} contracts", file=out)
+    print("\nSentences of timer-routes.md without an id, and why:", file=out)
+    for sentence, why in INFORMATIVE:
+        print(textwrap.fill(f"- {sentence}  [{why}]", 100, subsequent_indent="  "), file=out)
 
 
 def build_parser() -> argparse.ArgumentParser:
