@@ -337,7 +337,8 @@ CONTRACTS: tuple[C, ...] = (
     C("LIM-STORAGE-QUOTA", "issue 6 / PROTOCOL.md §7",
       "Over the storage quota, produce-class work is 403 storage_quota_exceeded."),
     C("LIM-TIMERS-QUOTA", "issue 6",
-      "Over the timer-row quota, scheduling is 403 timers_quota_exceeded."),
+      "Over the timer-row quota, scheduling is 403 timers_quota_exceeded; the quota counts pending rows, so "
+      "cancelling frees it again."),
     C("LIM-TIMERS-PAUSED", "issue 6",
       "A schedule paused by an operator for the tenant is 403 timers_paused on the timers surface only "
       "(pushes still pass)."),
