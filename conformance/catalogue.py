@@ -324,6 +324,12 @@ CONTRACTS: tuple[C, ...] = (
     C("KV-GETPREFIX", "PROTOCOL.md §4.3",
       "getPrefix lists in byte order with an exclusive after; limit is clamped (never rejected); truncated "
       "and nextAfter are honest; an empty prefix is refused."),
+    C("KV-EXPIRY-NOT-INHERITED", "PROTOCOL.md §4.2/§4.3",
+      "A put never inherits the previous expiry; an incr's TTL is create-only (a live row keeps its expiry); "
+      "putIfAbsent takes no expect."),
+    C("KV-PATH-ROUTES", "PROTOCOL.md §4.1/§10",
+      "The path routes GET/PUT/DELETE /api/v1/kv/{ns}/{key} are curl sugar over the same rows, with an ETag "
+      "carrying the version."),
     C("KV-LIMITS", "PROTOCOL.md §4.4",
       "More than 256 ops is 400; a value over 64 KiB is 413 payload_too_large; a bad namespace and a tenant "
       "field in an op are 400."),

@@ -205,3 +205,33 @@ def test_kv_tenant_isolation(api, api_b):
     api_b.kv_ok([put("secret", "b-value", n)])
     api_b.kv_ok([{"op": "delete", "ns": n, "key": "secret"}])
     assert api.kv_ok([{"op": "get", "ns": n, "key": "secret"}])[0]["value"] == "a-only"
+
+
+@contract("KV-EXPIRY-NOT-INHERITED")
+def test_expiry_not_inherited(api):
+    n = ns()
+    api.kv_ok([put("p", 1, n, ttlSeconds=100)])
+    api.kv_ok([put("p", 2, n, forever=True)])
+    got = api.kv_ok([{"op": "get", "ns": n, "key": "p"}])[0]
+    assert got["expiresAt"] is None, f"a put never inherits the previous expiry: {got}"
+    first = api.kv_ok([{"op": "incr", "ns": n, "key": "c", "delta": 1, "ttlSeconds": 100}])[0]
+    assert first["applied"] is True
+    e1 = api.kv_ok([{"op": "get", "ns": n, "key": "c"}])[0]["expiresAt"]
+    api.kv_ok([{"op": "incr", "ns": n, "key": "c", "delta": 1, "ttlSeconds": 5}])
+    e2 = api.kv_ok([{"op": "get", "ns": n, "key": "c"}])[0]
+    assert e2["value"] == 2 and e2["expiresAt"] == e1, f"an incr's TTL is create-only: {e1} then {e2}"
+    expect_error(api.kv([{"op": "putIfAbsent", "ns": n, "key": "x", "value": 1, "forever": True, "expect": 3}]), 400)
+
+
+@contract("KV-PATH-ROUTES")
+def test_path_routes(api):
+    n = ns()
+    resp = api.http.put(f"/api/v1/kv/{n}/a/b", params={"forever": "true"}, json={"via": "path"})
+    assert resp.status_code in (200, 201), resp.text[:200]
+    row = api.kv_ok([{"op": "get", "ns": n, "key": "a/b"}])[0]
+    assert row["found"] is True and row["value"] == {"via": "path"}, row
+    got = api.http.get(f"/api/v1/kv/{n}/a/b")
+    assert got.status_code == 200, got.text[:200]
+    assert str(row["version"]) in got.headers.get("etag", ""), f"ETag carries the version: {got.headers}"
+    assert expect(api.http.delete(f"/api/v1/kv/{n}/a/b"), (200, 204)) is not False
+    assert api.kv_ok([{"op": "get", "ns": n, "key": "a/b"}])[0]["found"] is False
