@@ -278,3 +278,35 @@ def test_concurrent_consumers_get_every_message_exactly_once(broker):
     # FIFO per partition across consumers
     for p in range(n_parts):
         assert [i for (pp, i) in seen if pp == p] == list(range(per_part))
+
+
+def test_pushes_notify_only_while_a_long_poll_waits(http, broker):
+    import asyncio
+
+    import asyncpg
+    from conftest import run_sync
+
+    q = uniq("notify")
+
+    async def go():
+        got: list[str] = []
+        conn = await asyncpg.connect(broker.dsn)
+        await conn.add_listener("queen_push", lambda *a: got.append(a[-1]))
+        try:
+            async with httpx.AsyncClient(base_url=broker.url, timeout=30) as c:
+                await c.post("/api/v1/push", json={"items": [{"queue": q, "payload": 0}]})
+                await asyncio.sleep(0.3)
+                quiet = [p for p in got if p.endswith("\t" + q)]
+                await c.get(f"/api/v1/pop/queue/{q}", params={"wait": "false", "autoAck": "true"})  # consume it
+                poll = asyncio.create_task(c.get(f"/api/v1/pop/queue/{q}", params={"wait": "true", "timeout": 10_000}))
+                await asyncio.sleep(0.4)
+                await c.post("/api/v1/push", json={"items": [{"queue": q, "payload": 1}]})
+                r = await poll
+                await asyncio.sleep(0.1)
+                return quiet, [p for p in got if p.endswith("\t" + q)], r
+        finally:
+            await conn.close()
+
+    quiet, loud, r = run_sync(go())
+    assert quiet == []  # nobody waited: the push did not pay for a NOTIFY
+    assert loud == [f"default\t{q}"] and r.status_code == 200 and r.json()["messages"][0]["data"] == 1
