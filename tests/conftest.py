@@ -76,8 +76,32 @@ def _dsn_with_db(dsn: str, db: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, "/" + db, parts.query, parts.fragment))
 
 
+def new_pg_dir(prefix: str = "queen-test-pg-") -> Path:
+    """A directory for an embedded PostgreSQL data dir, OUTSIDE pytest's basetemp.
+
+    pytest chmods its per-user temp root to 0700 at every session start and prunes old session dirs;
+    PostgreSQL runs as the unprivileged ``pgserver`` user (we are root) and must keep access to its
+    data dir, even when another pytest session starts on the same machine meanwhile.
+    """
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture
+def pg_dir() -> Iterator[Path]:
+    """A fresh directory for a test's own embedded PostgreSQL (removed afterwards)."""
+    import shutil
+
+    path = new_pg_dir()
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
-def pg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgServer]:
+def pg() -> Iterator[PgServer]:
     url = os.environ.get("QUEEN_TEST_DATABASE_URL")
     if url:
         server = PgServer(url, lambda db: _dsn_with_db(url, db))
@@ -93,13 +117,17 @@ def pg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgServer]:
             server.create_template()
             yield server
         return
+    import shutil
+
     from broker.store import embedded
 
-    emb = embedded.start(Path(tmp_path_factory.mktemp("pg")))
+    data_dir = new_pg_dir()
+    emb = embedded.start(data_dir)
     server = PgServer(emb.dsn(), emb.dsn, controller=emb)
     server.create_template()
     yield server
     emb.stop()
+    shutil.rmtree(data_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
