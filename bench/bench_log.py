@@ -323,8 +323,10 @@ async def run(args: argparse.Namespace, server_dsn: str) -> None:
                 line(label, ours, base)
         med, worst = await wake_latency(b.url)
         print(f"long-poll wake-up (push sent -> waiting pop answered): median {med:.1f} ms, max {worst:.1f} ms", flush=True)
-        p50, p99, n = await latency(b.url, "bench_lat", 500, args.latency_seconds, args.partitions)
-        print(f"push latency at 500 req/s (open loop, {n} requests): p50 {p50:.1f} ms  p99 {p99:.1f} ms", flush=True)
+        for rate in args.rate:
+            p50, p99, n = await latency(b.url, f"bench_lat_{rate}", rate, args.latency_seconds, args.partitions)
+            print(f"push latency at {rate} req/s (open loop, {n} requests of 1 item): p50 {p50:.1f} ms  p99 {p99:.1f} ms",
+                  flush=True)
         left = await pool.fetchval("SELECT sum(next_seq - 1) FROM queen_partitions WHERE queue = 'bench'")
         print(f"(messages pushed to the HTTP queue in total: {left})")
     finally:
@@ -339,6 +341,7 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=1000)
     ap.add_argument("--conns", type=int, default=50)
     ap.add_argument("--backlog", type=int, default=100, help="messages per partition before each pop phase")
+    ap.add_argument("--rate", type=int, nargs="+", default=[500], help="steady push rates for the latency phase")
     ap.add_argument("--zstd-only", action="store_true", help="only the zstd storage/CPU report")
     args = ap.parse_args()
     zstd_report()
