@@ -16,7 +16,9 @@ import pytest
 
 from broker.store import migrate
 
-ALL = [m.version for m in migrate.discover()]
+
+def all_versions() -> list[int]:
+    return [m.version for m in migrate.discover()]
 
 
 async def fingerprint(dsn: str) -> dict[str, list[tuple]]:
@@ -45,7 +47,7 @@ async def fingerprint(dsn: str) -> dict[str, list[tuple]]:
 
 async def test_apply_twice_is_a_no_op(pg):
     dsn = pg.new_db(template=False)
-    assert await migrate.apply_url(dsn) == ALL
+    assert await migrate.apply_url(dsn) == all_versions()
     first = await fingerprint(dsn)
     assert await migrate.apply_url(dsn) == []
     assert await fingerprint(dsn) == first
@@ -56,7 +58,7 @@ async def test_concurrent_starts_apply_each_version_once(pg):
     dsn = pg.new_db(template=False)
     results = await asyncio.gather(*(migrate.apply_url(dsn) for _ in range(6)))
     flat = sorted(v for r in results for v in r)
-    assert flat == ALL, f"versions applied per caller: {results}"
+    assert flat == all_versions(), f"versions applied per caller: {results}"
     assert sum(1 for r in results if r) == 1, "the first runner under the lock applies everything"
     # The schema is the one a lone runner builds (the session template was built that way).
     assert await fingerprint(dsn) == await fingerprint(pg.new_db())
@@ -122,7 +124,8 @@ def test_queen_migrate_cli(pg):
     cmd = [str(Path(sys.executable).with_name("queen")), "migrate"]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == f"applied {len(ALL)} migration(s): {ALL}"
+    versions = all_versions()
+    assert out.stdout.strip() == f"applied {len(versions)} migration(s): {versions}"
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "schema is up to date"
 

@@ -9,6 +9,7 @@ when the last one that started it exits.
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 from pathlib import Path
 
@@ -57,10 +58,21 @@ class EmbeddedPostgres:
         if info is not None:
             self._server._postmaster_info = info
 
+    def _reopen_traversal(self) -> None:
+        """As root, pgserver runs pg_ctl as an unprivileged user, who must be able to walk down to the
+        data directory. It opens the parent directories once at start, but something may tighten one
+        later (pytest resets ``/tmp/pytest-of-<user>`` to 0700 at every session start, nested sessions
+        included), so open them again before each pg_ctl."""
+        if os.name == "posix" and os.geteuid() == 0:
+            from pgserver.utils import ensure_prefix_permissions
+
+            ensure_prefix_permissions(self.pgdata)
+
     def pg_ctl(self, action: str, *extra: str) -> None:
         """Run ``pg_ctl <action>`` against the embedded cluster (tests stop/start it with this)."""
         from pgserver._commands import pg_ctl
 
+        self._reopen_traversal()
         info = self._server.get_postmaster_info()
         socket_dir = info.socket_dir
         args = ["-w", "-m", "fast", "-l", str(self.pgdata / "log")]
@@ -77,6 +89,7 @@ class EmbeddedPostgres:
         return self._server.get_uri(database)
 
     def stop(self) -> None:
+        self._reopen_traversal()
         self._server.cleanup()
 
 
