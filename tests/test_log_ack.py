@@ -70,6 +70,8 @@ def test_bad_ack_bodies_are_400(http):
         r = http.post("/api/v1/ack", json=body)
         assert r.status_code == 400, body
     assert http.post("/api/v1/ack/batch", json={"acknowledgments": "x"}).status_code == 400
+    for params in ({"offset": str(10**30)}, {"limit": "-3"}, {"from": "yesterday"}, {"queue": "\x00"}):
+        assert http.get("/api/v1/dlq", params=params).status_code in (200, 400), params
     assert http.post("/api/v1/ack/batch", content=b"{", headers={"content-type": "application/json"}).status_code == 400
 
 

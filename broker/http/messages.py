@@ -142,7 +142,7 @@ async def dlq_list(request: web.Request) -> web.Response:
         parse.opt_str(q.get("partition"), "partition"),
         since, until,
         q_int(request, "limit", 100, lo=1, hi=1000, clamp=True),
-        q_int(request, "offset", 0, lo=0),
+        q_int(request, "offset", 0, lo=0, hi=2**31 - 1, clamp=True),
     )
     return json_response(out)
 
