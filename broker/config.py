@@ -133,6 +133,8 @@ class Settings:
     # --- message log
     pop_default_batch: int = 200
     lease_extend_s: int = 60
+    log_retention_interval_ms: int = 5_000
+    log_retention_batch: int = 5_000
     # --- operations
     test_hooks: bool = False
     log_level: str = "INFO"
@@ -182,6 +184,8 @@ class Settings:
             kv_prune_batch=_int(env, "QUEEN_KV_PRUNE_BATCH", 1_000, 1),
             pop_default_batch=_int(env, "QUEEN_POP_DEFAULT_BATCH", 200, 1, 10_000),
             lease_extend_s=_int(env, "QUEEN_LEASE_EXTEND_S", 60, 1),
+            log_retention_interval_ms=_int(env, "QUEEN_LOG_RETENTION_INTERVAL_MS", 5_000, 10),
+            log_retention_batch=_int(env, "QUEEN_LOG_RETENTION_BATCH", 5_000, 1, 1_000_000),
             test_hooks=_bool(env, "QUEEN_TEST_HOOKS", False),
             log_level=(_str(env, "QUEEN_LOG_LEVEL", "INFO") or "INFO").upper(),
             metrics_dir=_str(env, "PROMETHEUS_MULTIPROC_DIR", None),

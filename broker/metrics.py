@@ -44,6 +44,7 @@ LOOP_RESTARTS = Counter("queen_loop_restarts_total", "Background loops restarted
 KV_OPS = Counter("queen_kv_ops_total", "KV operations by op", ["op"])
 KV_PRUNED = Counter("queen_kv_pruned_total", "Expired KV rows removed by the pruner")
 LIMIT_REFUSALS = Counter("queen_limit_refusals_total", "Requests refused by a limit rung", ["code"])
+LOG_PRUNED = Counter("queen_log_pruned_total", "Messages removed from the log by queue retention")
 
 
 def render() -> tuple[bytes, str]:

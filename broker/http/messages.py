@@ -13,7 +13,7 @@ from broker import limits
 from broker.app import BROKER, Broker, broker, principal
 from broker.errors import BadRequest
 from broker.http.wire import json_response, q_bool, q_int, read_object
-from broker.log import QUEUE_MODE, catalog, parse
+from broker.log import QUEUE_MODE, catalog, parse, retention
 from broker.log.service import LogService, PopRequest
 from broker.log.waiters import CHANNEL
 
@@ -201,6 +201,7 @@ def ensure_service(app: web.Application) -> LogService:
         svc.waiters.wake_all()
 
     b.on_ready("log", on_ready)
+    b.on_ready("log-retention", retention.start)
     b.on_stop(on_stop)
     app.on_shutdown.append(on_shutdown)
     return svc

@@ -43,7 +43,8 @@ RETURNING name, namespace, task, lease_time_s, retry_limit, dlq_enabled, encrypt
 SELECT q.name, q.namespace, q.task, q.lease_time_s, q.retry_limit, q.dlq_enabled, q.encryption_enabled,
        q.options, q.created_at, q.updated_at,
        (SELECT count(*) FROM queen_partitions p WHERE p.tenant = q.tenant AND p.queue = q.name) AS partitions,
-       (SELECT coalesce(sum(p.next_seq - 1), 0)::bigint FROM queen_partitions p
+       (SELECT coalesce(sum(p.next_seq - 1 - coalesce(f.floor_seq, 0)), 0)::bigint FROM queen_partitions p
+        LEFT JOIN queen_log_floor f ON f.tenant = p.tenant AND f.partition_id = p.id
         WHERE p.tenant = q.tenant AND p.queue = q.name) AS messages
 FROM queen_queues q
 WHERE q.tenant = $1 AND ($2::text IS NULL OR q.namespace = $2) AND ($3::text IS NULL OR q.task = $3)
@@ -56,15 +57,19 @@ SELECT q.name, q.namespace, q.task, q.lease_time_s, q.retry_limit, q.dlq_enabled
 FROM queen_queues q WHERE q.tenant = $1 AND q.name = $2;
 
 -- name: log_queue_partitions
-SELECT p.id, p.name, p.next_seq - 1 AS messages, p.created_at, p.last_push_at
-FROM queen_partitions p WHERE p.tenant = $1 AND p.queue = $2
+SELECT p.id, p.name, p.next_seq - 1 - coalesce(f.floor_seq, 0) AS messages, p.created_at, p.last_push_at
+FROM queen_partitions p
+LEFT JOIN queen_log_floor f ON f.tenant = p.tenant AND f.partition_id = p.id
+WHERE p.tenant = $1 AND p.queue = $2
 ORDER BY p.name
 LIMIT $3;
 
 -- name: log_queue_groups
-SELECT c.consumer_group, sum(greatest(p.next_seq - 1 - c.acked_seq, 0))::bigint AS pending,
+SELECT c.consumer_group,
+       sum(greatest(p.next_seq - 1 - greatest(c.acked_seq, coalesce(f.floor_seq, 0)), 0))::bigint AS pending,
        count(*) FILTER (WHERE c.lease_until > now()) AS leased_partitions
 FROM queen_cursors c JOIN queen_partitions p ON p.tenant = c.tenant AND p.id = c.partition_id
+LEFT JOIN queen_log_floor f ON f.tenant = c.tenant AND f.partition_id = c.partition_id
 WHERE c.tenant = $1 AND c.queue = $2
 GROUP BY c.consumer_group ORDER BY c.consumer_group;
 
@@ -75,6 +80,8 @@ WITH parts AS (
     DELETE FROM queen_messages x USING parts WHERE x.tenant = $1 AND x.partition_id = parts.id
 ), s AS (
     DELETE FROM queen_msg_state x USING parts WHERE x.tenant = $1 AND x.partition_id = parts.id
+), fl AS (
+    DELETE FROM queen_log_floor x USING parts WHERE x.tenant = $1 AND x.partition_id = parts.id
 ), c AS (
     DELETE FROM queen_cursors x WHERE x.tenant = $1 AND x.queue = $2
 ), g AS (
@@ -136,3 +143,6 @@ LIMIT 1000;
 
 -- name: log_listen
 SELECT queen_listen($1, $2, $3, $4);
+
+-- name: log_retention_prune
+SELECT tenant, queue, deleted FROM queen_log_prune($1);
