@@ -35,7 +35,8 @@ TIMERS_FIRE_LAG = Histogram(
 TIMERS_FIRED = Counter("queen_timers_fired_total", "Timers fired into the log")
 TIMERS_FIRE_FAILED = Counter("queen_timers_fire_failures_total", "Failed timer fires by class", ["failure_class"])
 TIMERS_DLQ = Counter("queen_timers_dlq_total", "Timers moved to their queue's DLQ after the attempt budget")
-TIMERS_PENDING = Gauge("queen_timers_pending", "Pending timers (rows not yet fired), as last counted", multiprocess_mode="max")
+TIMERS_PENDING = Gauge("queen_timers_pending", "Pending timers (rows not yet fired), from the per-tenant counters", multiprocess_mode="max")
+SWEEPER_FIRED = Gauge("queen_sweeper_fired", "Timers fired by this worker's sweeper since it started (one series per pid)", multiprocess_mode="liveall")
 TIMERS_OPS = Counter("queen_timers_ops_total", "Timer operations by status", ["status"])
 SWEEP_CYCLE = Histogram("queen_sweeper_cycle_seconds", "Duration of one sweep cycle (claim + pack + commit)", buckets=LATENCY_BUCKETS)
 SWEEP_SLEEP = Histogram("queen_sweeper_sleep_seconds", "Planned sleep between sweep cycles", buckets=LAG_BUCKETS)
@@ -43,8 +44,8 @@ SWEEP_SLEEP = Histogram("queen_sweeper_sleep_seconds", "Planned sleep between sw
 LOOP_RESTARTS = Counter("queen_loop_restarts_total", "Background loops restarted after a crash", ["loop"])
 KV_OPS = Counter("queen_kv_ops_total", "KV operations by op", ["op"])
 KV_PRUNED = Counter("queen_kv_pruned_total", "Expired KV rows removed by the pruner")
-LIMIT_REFUSALS = Counter("queen_limit_refusals_total", "Requests refused by a limit rung", ["code"])
 LOG_PRUNED = Counter("queen_log_pruned_total", "Messages removed from the log by queue retention")
+LIMIT_REFUSALS = Counter("queen_limit_refusals_total", "Requests refused by a limit rung", ["code"])
 
 
 def render() -> tuple[bytes, str]:

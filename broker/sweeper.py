@@ -17,17 +17,24 @@ One cycle, on the sweeper's own connection:
              the timer), in (queue, partition, deliverAt) order; failed rows get a backoff and, at the
              attempt budget, a synthetic DLQ row (consumer group ``__timers__``).
 
-Order: within one queue+partition timers enter the log in deliverAt order. Concurrent sweepers could
-interleave commits, so the fire is serialised cluster-wide: a sweeper fires only while it holds a
-session advisory lock (``LEADER_LOCK``) on its connection. The others stay idle, ready: when the
-holder dies its connection closes, PostgreSQL drops the lock, and the next wake-up of another sweeper
-takes over; claims of a dead sweeper expire after the lease and are fired then, once — a re-fire
-after a lost commit meets queen_push's (partition, txn) idempotency and is a duplicate, never a frame.
+Order without a leader: every sweeper claims and fires at the same time, and claims are
+partition-exclusive (``sql/migrations/0025_timers_partition_claims.sql``). A claim takes due rows only
+from (tenant, queue, partition) groups no live claim holds, always a partition's earliest due rows,
+and two concurrent claims cannot both take one partition (a transaction advisory lock per partition,
+then the live-claim check in a fresh snapshot). So each claim batch holds whole partitions' due
+prefixes, fired in deliverAt order; a partition's later rows are claimable only after that fire
+committed (or the claim expired or was handed back). Different sweepers fire different partitions in
+parallel; one partition is fired by one sweeper at a time. A row that becomes due while its partition
+is claimed waits for the next cycle; a held or stalled claim blocks its own partition until its lease
+ends, nothing else. Claims of a dead sweeper expire after the lease and are fired then, once — a
+re-fire after a lost commit meets queen_push's (partition, txn) idempotency and is a duplicate, never
+a frame.
 
 Wake-ups: sleep until the earliest due instant, as computed by the database, clamped to
 [QUEEN_SWEEPER_MIN_SLEEP_MS, QUEEN_SWEEPER_MAX_SLEEP_MS]; a schedule committing a timer due sooner
 than the max sleep sends NOTIFY ``queen_timers`` (payload: the delay in ms) and wakes every sweeper
-early; a full batch (or more due rows) means claim again at once.
+early; a full batch (or more due rows) means claim again at once. A cycle that claimed nothing while
+rows are due (their partitions are claimed by other sweepers) sleeps ``BLOCKED_SLEEP_MS`` (clamped).
 
 Failures: a permanent one (not JSON, not zstd, an injected permanent fault, a statement the database
 refuses for this row) spends one attempt; a transient one (SQLSTATE 40001, 40P01, 08xxx, 53xxx,
@@ -38,6 +45,10 @@ be cancelled. After ``QUEEN_SWEEPER_MAX_ATTEMPTS`` the row moves to its queue's 
 Only an operator stops the fire (``POST /api/v1/admin/timers/sweeper {"paused": true}``); no quota,
 storage or pause rung of the limits does. Drain (SIGTERM): stop claiming, interrupt a stalled
 cycle, hand back held claims so another sweeper fires them at once instead of after the lease.
+
+Gauges: ``queen_timers_pending`` is the sum of the per-tenant pending counters kept by triggers
+(``queen_usage_gauges``, 0032), read every ``PENDING_EVERY_S``; ``queen_sweeper_fired`` is this
+worker's own fired count (one series per process), which shows the fire is shared.
 """
 
 from __future__ import annotations
@@ -61,6 +72,7 @@ from broker.metrics import (
     MESSAGES_PUSHED,
     SWEEP_CYCLE,
     SWEEP_SLEEP,
+    SWEEPER_FIRED,
     TIMERS_DLQ,
     TIMERS_FIRE_FAILED,
     TIMERS_FIRE_LAG,
@@ -73,7 +85,7 @@ from broker.store.queries import Q
 log = logging.getLogger("queen.sweeper")
 
 CHANNEL = "queen_timers"
-LEADER_LOCK = 0x51_54_49_4D_45_52  # "QTIMER"
+BLOCKED_SLEEP_MS = 50
 TRANSIENT_PREFIXES = ("08", "53", "57")
 TRANSIENT_STATES = frozenset({"40001", "40P01"})
 PENDING_EVERY_S = 5.0
@@ -123,7 +135,6 @@ class SweeperConfig:
 
 @dataclass
 class CycleResult:
-    leader: bool = True
     paused: bool = False
     claimed: int = 0
     fired: int = 0
@@ -183,10 +194,10 @@ class Sweeper:
         self.codec = codec
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.conn: asyncpg.Connection | None = None
-        self.leader = False
         self.cursor: str | None = None
         self.held: set[uuid.UUID] = set()
         self.cycles = 0
+        self.fired = 0  # timers this sweeper fired (the per-process gauge queen_sweeper_fired)
         self._wake = asyncio.Event()
         self._notify_at = math.inf
         self._stopping = asyncio.Event()
@@ -224,7 +235,6 @@ class Sweeper:
     # ---------------------------------------------------------------- the loop
     async def _ensure_conn(self) -> asyncpg.Connection:
         if self.conn is None or self.conn.is_closed():
-            self.leader = False
             self.conn = await connect(self.dsn)
         return self.conn
 
@@ -235,38 +245,34 @@ class Sweeper:
                 res = await self.run_once()
                 if self._stopping.is_set():
                     break
-                if not res.leader:
-                    await self._sleep(self.config.max_sleep_ms)
-                    continue
                 if res.more_due(self.config.batch):
                     await asyncio.sleep(0)
                     continue
-                sleep_ms = self.config.clamp_sleep_ms(res.next_due_ms)
+                next_due = res.next_due_ms
+                if not res.claimed and next_due is not None and next_due <= 0:
+                    next_due = BLOCKED_SLEEP_MS  # due rows, all in partitions other sweepers hold
+                sleep_ms = self.config.clamp_sleep_ms(next_due)
                 SWEEP_SLEEP.observe(sleep_ms / 1000)
                 await self._sleep(sleep_ms)
         except _Stopped:
             pass
         except BaseException:
-            # A broken connection loses the leader lock with it; start from a clean connection.
+            # Start the next run from a clean connection; claims held expire after the lease.
             await self._drop_conn()
             raise
         await asyncio.Event().wait()  # drained: idle until the loop is cancelled, never restarted
 
     async def _drop_conn(self) -> None:
-        conn, self.conn, self.leader = self.conn, None, False
+        conn, self.conn = self.conn, None
         if conn is not None and not conn.is_closed():
             conn.terminate()
 
     async def run_once(self) -> CycleResult:
-        """One cycle: become (or stay) the firing sweeper, claim, pack, commit."""
+        """One cycle: claim, pack, commit."""
         async with self._cycle_lock:
             if self._stopping.is_set():
                 raise _Stopped
             conn = await self._ensure_conn()
-            if not self.leader:
-                self.leader = bool(await conn.fetchval(Q.timers_leader_try, LEADER_LOCK))
-                if not self.leader:
-                    return CycleResult(leader=False)
             started = time.perf_counter()
             res = await self._cycle(conn)
             if res.claimed:
@@ -404,7 +410,9 @@ class Sweeper:
             elif kind == "dlq":
                 res.dlq += 1
         if res.fired:
+            self.fired += res.fired
             TIMERS_FIRED.inc(res.fired)
+            SWEEPER_FIRED.inc(res.fired)
             MESSAGES_PUSHED.labels("timer").inc(res.fired)
         if res.dlq:
             TIMERS_DLQ.inc(res.dlq)
@@ -413,11 +421,11 @@ class Sweeper:
         now = time.monotonic()
         if now - self._last_pending >= PENDING_EVERY_S:
             self._last_pending = now
-            TIMERS_PENDING.set(await conn.fetchval(Q.timers_pending_count))
+            TIMERS_PENDING.set(await conn.fetchval(Q.timers_pending_total))
 
     # ---------------------------------------------------------------- drain
     async def stop(self, timeout_s: float = 5.0) -> None:
-        """Stop claiming, let an in-flight commit finish, hand back claims still held, let go of the lock."""
+        """Stop claiming, let an in-flight commit finish, hand back claims still held, close the connection."""
         self._stopping.set()
         self._wake.set()
         try:
@@ -447,7 +455,7 @@ class Sweeper:
                     await asyncio.wait_for(self.conn.close(), timeout=2)
                 except Exception:
                     self.conn.terminate()
-            self.conn, self.leader = None, False
+            self.conn = None
             if locked:
                 self._cycle_lock.release()
 

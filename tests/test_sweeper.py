@@ -17,7 +17,7 @@ import pytest
 from broker.codec import Codec
 from broker.store.pool import connect
 from broker.store.queries import Q
-from broker.sweeper import LEADER_LOCK, Sweeper, SweeperConfig, failure_class
+from broker.sweeper import Sweeper, SweeperConfig, failure_class
 
 
 @pytest.fixture
@@ -210,21 +210,111 @@ def test_failure_classes():
     assert failure_class(asyncpg.exceptions.CheckViolationError("x")) == "permanent"
 
 
-async def test_only_one_sweeper_fires_at_a_time_and_another_takes_over(db):
+async def claim(conn: asyncpg.Connection, *, batch: int = 100, lease_ms: int = 60_000) -> list:
+    rows = await conn.fetch(Q.timers_claim, uuid.uuid4(), lease_ms, batch, None, "test-claim", False, 250)
+    return [r for r in rows if r["tenant"] is not None]
+
+
+async def test_sweepers_fire_side_by_side_with_no_lock_and_claims_own_whole_partitions(db):
+    """No leader: with a claim of partition P live (another sweeper firing it), a second sweeper fires
+    every other partition at once, and none of P's rows, not even rows that became due later."""
     dsn, conn = db
+    await schedule(conn, "t1", "q", ["p1", "p2"], delays=[-20, -10], partition="P")
+    await schedule(conn, "t1", "q", ["o1", "o2"], partition="O")
+    await schedule(conn, "t1", "q2", ["x"], partition="P")  # same partition name, other queue
+    held = await claim(conn, batch=2)
+    # the partition with the earliest due row comes first, whole
+    assert [(r["queue"], r["partition"], r["timer_key"]) for r in held] == [("q", "P", "p1"), ("q", "P", "p2")]
+    await conn.execute("UPDATE queen_timers SET claim_token = NULL, claimed_until = NULL, due_at = deliver_at")
+    # a claim of P's earliest row only (a batch cut inside the partition)
+    await conn.execute("UPDATE queen_timers SET due_at = now() + interval '1 hour' WHERE partition <> 'P' OR queue <> 'q'")
+    [h] = await claim(conn, batch=1)
+    assert (h["queue"], h["partition"], h["timer_key"]) == ("q", "P", "p1")
+    await conn.execute("UPDATE queen_timers SET due_at = now() - interval '1 ms' WHERE claim_token IS NULL")
     a, b = sweeper(dsn), sweeper(dsn)
-    assert (await a.run_once()).leader is True
-    assert (await b.run_once()).leader is False
-    await schedule(conn, "t1", "q", ["k"])
-    assert (await b.run_once()).leader is False
-    assert (await a.run_once()).fired == 1
-    await a.stop()  # closes its connection: the lock goes with it
-    assert (await b.run_once()).leader is True
+    out = await a.run_once()
+    assert out.fired == 3  # O's two and q2/P's one; q/P's p2 waits behind the live claim of p1
+    assert (await b.run_once()).fired == 0
+    assert [r["timer_key"] for r in await conn.fetch("SELECT timer_key FROM queen_timers ORDER BY 1")] == ["p1", "p2"]
+    # the claim is handed back (or expires): the partition is free again, fired in deliverAt order
+    await conn.execute(Q.timers_release_hook_claims, "t1", None, None)
+    assert (await b.run_once()).fired == 2
+    assert [r["txn"] for r in await log_rows(conn) if r["queue"] == "q" and r["partition"] == "P"] == ["q-p1", "q-p2"]
+    await a.stop()
     await b.stop()
-    holder = await conn.fetchval(
-        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = $1 "
-        "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())", LEADER_LOCK & 0xFFFFFFFF)
-    assert holder == 0
+
+
+async def test_an_expired_claim_frees_its_partition(db):
+    dsn, conn = db
+    await schedule(conn, "t1", "q", ["k1", "k2"], delays=[-20, -10])
+    assert len(await claim(conn, batch=1, lease_ms=1)) == 1
+    await asyncio.sleep(0.02)
+    sw = sweeper(dsn)
+    assert (await sw.run_once()).fired == 2  # the lease ended: claimable again, fired once each, in order
+    assert [r["txn"] for r in await log_rows(conn)] == ["q-k1", "q-k2"]
+    await sw.stop()
+
+
+async def test_concurrent_sweepers_share_a_burst_and_keep_each_partitions_order(db):
+    """Four sweepers, each on its own connection, race over a burst across 24 partitions: every timer
+    fires exactly once, more than one sweeper fires, and each partition's log order is deliverAt order."""
+    dsn, conn = db
+    parts, per = 24, 25
+    for p in range(parts):
+        delays = [-(1000 - 10 * i) for i in range(per)]  # i = 0 is due first
+        await schedule(conn, "t1", "q", [f"p{p:02}-{i:03}" for i in range(per)], delays=delays,
+                       partition=f"P{p:02}", payloads=[str(i).encode() for i in range(per)])
+    sweepers = [sweeper(dsn, batch=40) for _ in range(4)]
+
+    async def drain(sw: Sweeper) -> None:
+        idle = 0
+        while idle < 3:
+            res = await sw.run_once()
+            idle = 0 if res.claimed else idle + 1
+            await asyncio.sleep(0.002 if res.claimed else 0.02)
+
+    await asyncio.gather(*(drain(sw) for sw in sweepers))
+    assert sum(sw.fired for sw in sweepers) == parts * per
+    assert sum(1 for sw in sweepers if sw.fired) >= 2
+    rows = await log_rows(conn)
+    assert len(rows) == parts * per and len({r["txn"] for r in rows}) == parts * per
+    by_part: dict[str, list[int]] = {}
+    for r in rows:  # ordered by partition, seq
+        by_part.setdefault(r["partition"], []).append(int(r["payload"]))
+    assert all(v == list(range(per)) for v in by_part.values())
+    for sw in sweepers:
+        await sw.stop()
+
+
+async def test_a_partition_another_claimer_is_taking_right_now_is_skipped(db):
+    """Two claim statements at the same moment: the partition lock of the first makes the second skip
+    that partition (it must not wait, nor take rows the first is taking)."""
+    dsn, conn = db
+    await schedule(conn, "t1", "q", ["p"], partition="P")
+    await schedule(conn, "t1", "q", ["o"], partition="O")
+    other = await connect(dsn)
+    tx = other.transaction()
+    await tx.start()
+    try:
+        await other.execute("SELECT pg_advisory_xact_lock(1364478285, hashtext($1))", "t1\x1fq\x1fP")
+        assert [r["timer_key"] for r in await claim(conn)] == ["o"]
+    finally:
+        await tx.rollback()
+        await other.close()
+    assert [r["timer_key"] for r in await claim(conn)] == ["p"]
+
+
+async def test_pending_gauge_reads_the_per_tenant_counters(db):
+    dsn, conn = db
+    await schedule(conn, "t1", "q", ["a", "b"], delays=[60_000, 60_000])
+    await schedule(conn, "t2", "q", ["c"], delays=[0])
+    assert await conn.fetchval(Q.timers_pending_total) == 3
+    sw = sweeper(dsn)
+    assert (await sw.run_once()).fired == 1
+    assert await conn.fetchval(Q.timers_pending_total) == 2
+    from prometheus_client import REGISTRY
+    assert REGISTRY.get_sample_value("queen_timers_pending") == 2  # the first cycle reads it
+    await sw.stop()
 
 
 async def test_notify_wakes_a_sleeping_sweeper(db):

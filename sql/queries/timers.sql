@@ -1,5 +1,5 @@
 -- Timers: the schedule/cancel/peek/list surface, the sweeper, the operator switches and the test hooks.
--- The functions live in sql/migrations/0020_timers.sql.
+-- The functions live in sql/migrations/0020_timers.sql (claim: 0025, partition-exclusive).
 
 -- name: timers_apply
 SELECT idx, status, txn, message_id, deliver_at
@@ -45,14 +45,9 @@ UPDATE queen_timers
    SET claim_token = NULL, claimed_until = NULL, claimed_by = NULL, due_at = deliver_at
 WHERE claim_token = ANY($1::uuid[]);
 
--- name: timers_leader_try
-SELECT pg_try_advisory_lock($1::bigint);
-
--- name: timers_leader_release
-SELECT pg_advisory_unlock($1::bigint);
-
--- name: timers_pending_count
-SELECT count(*) FROM queen_timers;
+-- name: timers_pending_total
+-- queen_timers_pending: the per-tenant counters the triggers of 0032 keep, never a count of queen_timers.
+SELECT coalesce(sum(timers_pending), 0)::bigint FROM queen_usage_gauges;
 
 -- name: timers_switches_get
 SELECT sweeper_paused, scheduling_enabled, updated_at FROM queen_timer_switches WHERE tenant = '*';
