@@ -120,11 +120,12 @@ FOR UPDATE;
 DELETE FROM queen_dlq d WHERE d.tenant = $1 AND d.id = $2;
 
 -- name: log_lookup_txn
+-- One probe of the (tenant, partition_id, txn) unique index per partition of the queue.
 SELECT p.queue, p.name AS partition, p.id AS partition_id, m.id AS message_id, m.txn, m.producer_sub,
        m.created_at
-FROM queen_messages m
-JOIN queen_partitions p ON p.tenant = m.tenant AND p.id = m.partition_id
-WHERE m.tenant = $1 AND m.txn = $3 AND p.queue = $2
+FROM queen_partitions p
+JOIN queen_messages m ON m.tenant = p.tenant AND m.partition_id = p.id AND m.txn = $3
+WHERE p.tenant = $1 AND p.queue = $2
 ORDER BY m.created_at, m.seq
 LIMIT 1;
 
