@@ -102,10 +102,11 @@ class LogService:
                 encrypting = await self._encrypting(conn, principal.tenant, queues, fresh=attempt > 0)
                 sealed = self._seal(principal.tenant, items, encrypting)
                 try:
-                    async with conn.transaction():
-                        rows = await self.write(conn, principal, items, sealed, ids, queues - encrypting)
-                        queued = sum(1 for r in rows if r["status"] == "queued")
-                        await metering.record(conn, principal.tenant, messages=queued)
+                    # One statement, its own transaction: push + metering of what was queued (the SQL side
+                    # of metering.record) - no BEGIN/COMMIT round trips.
+                    rows = await self.write(conn, principal, items, sealed, ids, queues - encrypting,
+                                            meter_period_s=metering.period_seconds())
+                    queued = sum(1 for r in rows if r["status"] == "queued")
                 except asyncpg.PostgresError as exc:
                     if getattr(exc, "sqlstate", None) == ENCRYPTION_RACE:
                         for q in queues:
@@ -124,13 +125,19 @@ class LogService:
         sealed: list[Sealed],
         ids: list[uuid.UUID],
         plain_queues: set[str],
+        *,
+        meter_period_s: int | None = None,
     ) -> list[dict[str, Any]]:
         """Run queen_push for ``items`` on ``conn`` (inside the caller's transaction). Rows in item
-        order: status, message_id, partition_id, seq, txn."""
+        order: status, message_id, partition_id, seq, txn. With ``meter_period_s`` the same statement
+        also meters the queued messages (queen_push_edge): for a push that is its own transaction."""
         txns = [it.txn or str(mid) for it, mid in zip(items, ids, strict=True)]
+        head: tuple[Any, ...] = (
+            (Q.log_push, principal.tenant) if meter_period_s is None
+            else (Q.log_push_edge, principal.tenant, meter_period_s)
+        )
         rows = await conn.fetch(
-            Q.log_push,
-            principal.tenant,
+            *head,
             sorted(plain_queues),
             [it.queue for it in items],
             [it.partition for it in items],

@@ -7,6 +7,11 @@ SELECT name, encryption_enabled FROM queen_queues WHERE tenant = $1 AND name = A
 SELECT idx, status, message_id, partition_id, seq
 FROM queen_push_checked($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12);
 
+-- name: log_push_edge
+-- $1 tenant, $2 metering period seconds, $3 plain queues, then queen_push's arrays; one statement.
+SELECT idx, status, message_id, partition_id, seq
+FROM queen_push_edge($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13);
+
 -- name: log_pop
 SELECT kind, partition_id, partition, seq, id, txn, trace_id, payload, codec, key_id, producer_sub,
        created_at, attempt, lease_id, lease_until
