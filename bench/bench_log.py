@@ -9,7 +9,8 @@ DSN), a fresh database, and a real ``queen serve`` with 2 workers (synchronous_c
             partition picked at random among ``--partitions`` partitions of one queue;
   pop+ack   batch 100: pop (wait=false) then ``/ack/batch``, ``--conns`` concurrent consumers;
             and pop with autoAck=true; each side pops its own queue, prefilled with ``--backlog``
-            messages in each partition;
+            messages in each partition, until ``--seconds`` pass or the backlog is drained (the rate
+            is over the time actually spent);
   baseline  the same ``queen_push`` / ``queen_pop`` / ``queen_ack`` calls straight over asyncpg from
             as many connections as the broker's pools hold (2 x QUEEN_POOL_MAX), measured in the same
             run: the ratio says what the HTTP edge (parsing, sealing, rendering, Python) costs;
@@ -67,8 +68,10 @@ async def make_db(server_dsn: str) -> str:
 CPU: Cpu | None = None
 
 
-async def timed(seconds: float, conns: int, one) -> tuple[int, float]:  # type: ignore[no-untyped-def]
-    """Run ``one()`` (returns messages done) in ``conns`` loops for ``seconds``; messages/s."""
+async def timed(seconds: float, conns: int, one, drain: bool = False) -> tuple[int, float]:  # type: ignore[no-untyped-def]
+    """Run ``one()`` (returns messages done) in ``conns`` loops for ``seconds``; messages/s. With ``drain``
+    a loop also ends at its first empty answer (the backlog is consumed): the rate is then messages over
+    the time it took, not over the whole phase (a finite backlog would otherwise cap the number)."""
     before = CPU.snap() if CPU else None
     stop = time.perf_counter() + seconds
     done = 0
@@ -78,6 +81,8 @@ async def timed(seconds: float, conns: int, one) -> tuple[int, float]:  # type: 
         while time.perf_counter() < stop:
             n = await one()  # (not `done += await one()`: that reads done before the await)
             done += n
+            if drain and n == 0:
+                break
 
     t0 = time.perf_counter()
     await asyncio.gather(*[loop() for _ in range(conns)])
@@ -318,8 +323,10 @@ async def run(args: argparse.Namespace, server_dsn: str) -> None:
                 qh, qr = f"pop_http_{int(auto)}", f"pop_raw_{int(auto)}"
                 for q in (qh, qr):
                     await prefill(pool, q, args.partitions, args.backlog)
-                _, ours = await timed(args.seconds, args.conns, lambda auto=auto, qh=qh: http_pop_ack(s, b.url, qh, 100, auto))
-                _, base = await timed(args.seconds, 2 * pool_max, lambda auto=auto, qr=qr: sql_pop_ack(pool, qr, 100, auto))
+                _, ours = await timed(args.seconds, args.conns, lambda auto=auto, qh=qh: http_pop_ack(s, b.url, qh, 100, auto),
+                                      drain=True)
+                _, base = await timed(args.seconds, 2 * pool_max, lambda auto=auto, qr=qr: sql_pop_ack(pool, qr, 100, auto),
+                                      drain=True)
                 line(label, ours, base)
         med, worst = await wake_latency(b.url)
         print(f"long-poll wake-up (push sent -> waiting pop answered): median {med:.1f} ms, max {worst:.1f} ms", flush=True)
