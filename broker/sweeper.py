@@ -18,7 +18,7 @@ One cycle, on the sweeper's own connection:
              attempt budget, a synthetic DLQ row (consumer group ``__timers__``).
 
 Order without a leader: every sweeper claims and fires at the same time, and claims are
-partition-exclusive (``sql/migrations/0025_timers_partition_claims.sql``, 0026). A claim takes due rows only
+partition-exclusive (``sql/migrations/0025_timers_partition_claims.sql``, 0026, 0027). A claim takes due rows only
 from (tenant, queue, partition) groups no live claim holds, always a partition's earliest due rows,
 and two concurrent claims cannot both take one partition (a transaction advisory lock per partition,
 then the live-claim check in a fresh snapshot). So each claim batch holds whole partitions' due

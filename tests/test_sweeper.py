@@ -304,6 +304,26 @@ async def test_a_partition_another_claimer_is_taking_right_now_is_skipped(db):
     assert [r["timer_key"] for r in await claim(conn)] == ["p"]
 
 
+async def test_two_claims_at_the_same_moment_take_different_partitions(db):
+    """A claim locks only the partitions it needs, so a second claim running meanwhile is not locked out:
+    it takes the next partition instead of coming back empty."""
+    dsn, conn = db
+    for p in range(3):  # P0's rows are the earliest, then P1's, then P2's
+        await schedule(conn, "t1", "q", [f"p{p}-{i:02}" for i in range(50)], partition=f"P{p}",
+                       delays=[-3000 + 1000 * p + i for i in range(50)])
+    first = await connect(dsn)
+    tx = first.transaction()
+    await tx.start()
+    try:
+        a = await first.fetch(Q.timers_claim, uuid.uuid4(), 60_000, 50, None, "first", False, 250)
+        assert {r["partition"] for r in a if r["tenant"]} == {"P0"}
+        b = await claim(conn, batch=50)  # while the first claim's transaction is still open
+        assert {r["partition"] for r in b} == {"P1"} and len(b) == 50
+    finally:
+        await tx.rollback()
+        await first.close()
+
+
 async def test_pending_gauge_reads_the_per_tenant_counters(db):
     dsn, conn = db
     await schedule(conn, "t1", "q", ["a", "b"], delays=[60_000, 60_000])
