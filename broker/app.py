@@ -31,6 +31,7 @@ from broker.crypto import KeyRing
 from broker.loops import Loops
 from broker.metrics import HTTP_LATENCY, HTTP_REQUESTS
 from broker.store import migrate
+from broker.store.failures import DB_DOWN, DB_RETRY
 from broker.store.listen import Notifier
 from broker.store.pool import create_pool
 
@@ -107,15 +108,6 @@ class Router(UrlDispatcher):
         return await super().resolve(request)
 
 
-_DB_DOWN = (
-    asyncpg.PostgresConnectionError,
-    asyncpg.InterfaceError,
-    asyncpg.CannotConnectNowError,
-    asyncpg.TooManyConnectionsError,
-    ConnectionError,
-    OSError,
-)
-_DB_RETRY = (asyncpg.SerializationError, asyncpg.DeadlockDetectedError)
 
 
 def _http_exception_to_api(exc: web.HTTPException) -> errors.ApiError:
@@ -143,9 +135,9 @@ async def error_middleware(request: web.Request, handler: Callable[[web.Request]
         err = _http_exception_to_api(exc)
     except asyncio.CancelledError:
         raise
-    except _DB_RETRY as exc:
+    except DB_RETRY as exc:
         err = errors.Unavailable("database_conflict", f"the database asked to retry: {type(exc).__name__}", code="unavailable")
-    except _DB_DOWN as exc:
+    except DB_DOWN as exc:
         err = errors.Unavailable("database_unavailable", f"the database is unreachable: {type(exc).__name__}", code="unavailable")
     except TimeoutError:
         err = errors.Unavailable("timeout", "the database did not answer in time", code="unavailable")

@@ -31,7 +31,6 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import Any
 
-import asyncpg
 import orjson
 from aiohttp import web
 
@@ -42,18 +41,10 @@ from broker.http.wire import json_response, read_json
 from broker.kv import pruner, store
 from broker.kv.ops import CODE, KvCall, bad, check_key, check_ns, parse_body, parse_ops
 from broker.kv.rider import RIDER, require_grants
+from broker.store.failures import DB_DOWN, DB_RETRY
 
 __all__ = ["RIDER", "setup"]
 
-_DB_DOWN = (
-    asyncpg.PostgresConnectionError,
-    asyncpg.InterfaceError,
-    asyncpg.CannotConnectNowError,
-    asyncpg.TooManyConnectionsError,
-    ConnectionError,
-    OSError,
-)
-_DB_RETRY = (asyncpg.SerializationError, asyncpg.DeadlockDetectedError)
 
 
 async def apply_db(work: Awaitable[store.Applied]) -> store.Applied:
@@ -61,11 +52,11 @@ async def apply_db(work: Awaitable[store.Applied]) -> store.Applied:
     (reason ``connection``, ``kv_timeout`` or ``kv_conflict``) with Retry-After: not the caller's fault."""
     try:
         return await work
-    except _DB_RETRY as exc:
+    except DB_RETRY as exc:
         raise Unavailable("kv_conflict", f"the database asked to retry ({type(exc).__name__})", code="kv_unavailable") from None
     except TimeoutError:  # before OSError, of which it is a subclass
         raise Unavailable("kv_timeout", "the database did not answer in time", code="kv_unavailable") from None
-    except _DB_DOWN as exc:
+    except DB_DOWN as exc:
         raise Unavailable("connection", f"the database is unreachable ({type(exc).__name__})", code="kv_unavailable") from None
 
 
