@@ -153,6 +153,7 @@ def test_long_poll_is_woken_by_a_push(http, broker):
             out["status"], out["t"], out["body"] = r.status_code, time.perf_counter(), r.json()
             out["t0"] = t0
 
+    woken_before = _wake_count(http)
     th = threading.Thread(target=waiter)
     th.start()
     time.sleep(0.4)  # the waiter is parked by now
@@ -161,6 +162,14 @@ def test_long_poll_is_woken_by_a_push(http, broker):
     th.join(15)
     assert out["status"] == 200 and out["body"]["messages"][0]["data"] == "hello"
     assert out["t"] - pushed < 1.0, f"woke {out['t'] - pushed:.3f}s after the push"
+    # The answer came from the NOTIFY wake-up (queen_pop_wake_seconds counts notify-woken answers),
+    # not from a timeout or a re-poll.
+    assert _wake_count(http) >= woken_before + 1
+
+
+def _wake_count(http) -> float:
+    text = http.get("/metrics/prometheus").text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("queen_pop_wake_seconds_count"))
 
 
 def test_long_poll_times_out_with_204(http):

@@ -172,6 +172,7 @@ class LogService:
         keys = [(principal.tenant, q) for q in targets]
         loop = asyncio.get_running_loop()
         deadline = loop.time() + req.timeout_ms / 1000
+        woken_at: float | None = None  # when a notify woke the previous wait, for queen_pop_wake_seconds
         while True:
             ev = self.waiters.register(keys) if req.wait else None
             try:
@@ -179,8 +180,7 @@ class LogService:
                 for q in targets:
                     answer, hint = await self._pop_once(pool, principal, req, q)
                     if answer is not None:
-                        if ev is not None:
-                            self.waiters.observe_wake(ev)
+                        self.waiters.observe_wake(woken_at)
                         return answer
                     if hint is not None:
                         hint_s = hint if hint_s is None else min(hint_s, hint)
@@ -201,7 +201,7 @@ class LogService:
                     return None
             finally:
                 if ev is not None:
-                    self.waiters.unregister(keys, ev)
+                    woken_at = self.waiters.unregister(keys, ev)
 
     async def _ensure_listening(self, pool: asyncpg.Pool, tenant: str, queues: list[str], remaining: float) -> bool:
         """Make sure pushes to these queues NOTIFY for at least ``remaining`` seconds (queen_listeners);

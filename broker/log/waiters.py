@@ -29,14 +29,15 @@ class Waiters:
             self._by_key[k].add(ev)
         return ev
 
-    def unregister(self, keys: list[tuple[str, str]], ev: asyncio.Event) -> None:
+    def unregister(self, keys: list[tuple[str, str]], ev: asyncio.Event) -> float | None:
+        """Forget a waiter; returns when a notify woke it (perf_counter), or None."""
         for k in keys:
             s = self._by_key.get(k)
             if s is not None:
                 s.discard(ev)
                 if not s:
                     del self._by_key[k]
-        self._woken_at.pop(ev, None)
+        return self._woken_at.pop(ev, None)
 
     def notify(self, payload: str) -> None:
         tenant, _, queue = payload.partition("\t")
@@ -46,11 +47,12 @@ class Waiters:
                 self._woken_at[ev] = now
                 ev.set()
 
-    def observe_wake(self, ev: asyncio.Event) -> None:
-        """Record notify-to-answer latency for a waiter that was woken and found messages."""
-        t = self._woken_at.pop(ev, None)
-        if t is not None:
-            POP_WAKE.observe(time.perf_counter() - t)
+    @staticmethod
+    def observe_wake(woken_at: float | None) -> None:
+        """Record notify-to-answer latency for a long poll that a notify woke and that found messages
+        (``woken_at`` as returned by ``unregister`` of the event that was set)."""
+        if woken_at is not None:
+            POP_WAKE.observe(time.perf_counter() - woken_at)
 
     def wake_all(self) -> None:
         for evs in list(self._by_key.values()):
