@@ -19,6 +19,14 @@ from broker.metrics import LOOP_RESTARTS
 log = logging.getLogger("queen.loops")
 
 
+async def in_batches(step: Callable[[], Awaitable[int]], batch: int, interval_s: float) -> None:
+    """The body of a housekeeping loop: run ``step`` (which handles at most ``batch`` items and returns
+    how many it handled) again at once while it comes back full, otherwise after ``interval_s``."""
+    while True:
+        if await step() < batch:
+            await asyncio.sleep(interval_s)
+
+
 class Loops:
     def __init__(self, *, min_backoff_s: float = 0.1, max_backoff_s: float = 5.0) -> None:
         self._tasks: dict[str, asyncio.Task[None]] = {}

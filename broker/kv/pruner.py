@@ -8,9 +8,9 @@ their bytes back to the storage gauge).
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
+from broker.loops import in_batches
 from broker.metrics import KV_PRUNED
 from broker.store.queries import Q
 
@@ -24,10 +24,11 @@ async def prune_once(pool: Any, batch: int) -> int:
 
 async def run(broker: Any) -> None:
     s = broker.settings
-    while True:
-        n = await prune_once(broker.require_pool(), s.kv_prune_batch)
-        if n < s.kv_prune_batch:
-            await asyncio.sleep(s.kv_prune_interval_ms / 1000.0)
+    await in_batches(
+        lambda: prune_once(broker.require_pool(), s.kv_prune_batch),
+        s.kv_prune_batch,
+        s.kv_prune_interval_ms / 1000.0,
+    )
 
 
 async def start(broker: Any) -> None:

@@ -10,10 +10,10 @@ next one starts at once; otherwise the loop sleeps ``QUEEN_LOG_RETENTION_INTERVA
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
+from broker.loops import in_batches
 from broker.metrics import LOG_PRUNED
 from broker.store.queries import Q
 
@@ -32,10 +32,11 @@ async def prune_once(pool: Any, batch: int) -> int:
 
 async def run(broker: Any) -> None:
     s = broker.settings
-    while True:
-        n = await prune_once(broker.require_pool(), s.log_retention_batch)
-        if n < s.log_retention_batch:
-            await asyncio.sleep(s.log_retention_interval_ms / 1000.0)
+    await in_batches(
+        lambda: prune_once(broker.require_pool(), s.log_retention_batch),
+        s.log_retention_batch,
+        s.log_retention_interval_ms / 1000.0,
+    )
 
 
 async def start(broker: Any) -> None:
