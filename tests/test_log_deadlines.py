@@ -4,10 +4,11 @@ queen_messages_expired_total. Messages without a deadline behave as before."""
 
 from __future__ import annotations
 
-import re
 import time
 
 from conftest import uniq
+
+from loadtest import prom
 
 
 def push(http, q, items):
@@ -23,9 +24,7 @@ def pop(http, q, **params):
 
 
 def expired_total(http) -> float:
-    text = http.get("/metrics").text
-    m = re.search(r"^queen_messages_expired_total (\S+)$", text, re.M)
-    return float(m.group(1)) if m else 0.0
+    return prom.parse(http.get("/metrics").text).counter("queen_messages_expired_total")
 
 
 def test_expired_messages_are_never_delivered_and_go_to_the_dlq(http):

@@ -9,6 +9,8 @@ import time
 import httpx
 from conftest import uniq
 
+from loadtest import prom
+
 
 def push(http, q, payloads, partition="Default"):
     r = http.post("/api/v1/push", json={"items": [{"queue": q, "partition": partition, "payload": p} for p in payloads]})
@@ -168,8 +170,7 @@ def test_long_poll_is_woken_by_a_push(http, broker):
 
 
 def _wake_count(http) -> float:
-    text = http.get("/metrics/prometheus").text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("queen_pop_wake_seconds_count"))
+    return prom.parse(http.get("/metrics/prometheus").text).hist("queen_pop_wake_seconds").count
 
 
 def test_long_poll_times_out_with_204(http):
