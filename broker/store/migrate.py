@@ -36,6 +36,7 @@ MIGRATIONS_DIR = SQL_DIR / "migrations"
 FUNCTIONS_DIR = SQL_DIR / "functions"
 ADVISORY_LOCK_KEY = 0x51_55_45_45_4E  # "QUEEN"
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+_COMMENT = re.compile(r"--[^\n]*")
 
 # A database built before the squash has the migrations ledger but not the functions ledger (both are
 # created together since). Nothing was released then, so there is no upgrade path: one line, no trace.
@@ -198,6 +199,8 @@ async def _apply_functions(conn: asyncpg.Connection, functions: Functions) -> li
     dropped: list[str] = []
     async with conn.transaction():
         for name, sql in functions.files:
+            if not _COMMENT.sub("", sql).strip():
+                continue  # nothing but comments (asyncpg cannot execute an empty query)
             try:
                 await conn.execute(sql)
             except asyncpg.PostgresError as exc:
