@@ -261,6 +261,11 @@ async def test_stale_functions_and_triggers_are_dropped(pg, tmp_path):
     trg = "SELECT count(*) FROM pg_trigger WHERE tgname = 'queen_probe_trg'"
     try:
         await conn.execute("CREATE FUNCTION not_ours() RETURNS integer LANGUAGE sql AS $$ SELECT 1 $$")
+        # Inside a caller's transaction the files would run in a savepoint, whose rows carry another
+        # transaction id than the top level's: the sweep would take everything. Refused instead.
+        with pytest.raises(migrate.MigrationError, match="at top level"):
+            async with conn.transaction():
+                await migrate.run(conn, functions_dir=d)
         assert (await migrate.run(conn, functions_dir=d)).dropped == []
         assert await conn.fetchval(procs) == ["queen_probe(integer)", "queen_probe_trg()"]
         assert await conn.fetchval(trg) == 1

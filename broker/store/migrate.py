@@ -12,7 +12,10 @@
 
   How the sweep knows what the files defined: ``CREATE OR REPLACE`` rewrites the routine's (or
   trigger's) catalog row even when nothing changed, so exactly the rows the files touched carry the
-  current transaction id as ``xmin``. (The files therefore run at top level, never in a savepoint.)
+  current transaction id as ``xmin``. The files therefore run at top level, never in a savepoint (a
+  savepoint's rows carry its own id), and the run refuses to start inside a caller's transaction. The
+  one miss possible errs on the safe side: a row frozen 2^32 transactions ago whose raw ``xmin``
+  happens to equal the current id would survive one sweep.
 
 The whole run holds a session advisory lock, so many workers and many brokers may start at once: the
 first applies, the others wait and find nothing left to do.
@@ -197,6 +200,8 @@ async def run(
 async def _apply_functions(conn: asyncpg.Connection, functions: Functions) -> list[str]:
     """Run the function files, drop what they did not define, record the checksum: one transaction."""
     dropped: list[str] = []
+    if conn.is_in_transaction():
+        raise MigrationError("the function files must be applied at top level, not inside a transaction")
     async with conn.transaction():
         for name, sql in functions.files:
             if not _COMMENT.sub("", sql).strip():
@@ -205,6 +210,14 @@ async def _apply_functions(conn: asyncpg.Connection, functions: Functions) -> li
                 await conn.execute(sql)
             except asyncpg.PostgresError as exc:
                 raise MigrationError(f"sql/functions/{name}: {type(exc).__name__}: {exc}") from exc
+        touched = await conn.fetchval(
+            "SELECT count(*) FROM pg_proc WHERE pronamespace = current_schema()::regnamespace"
+            " AND xmin = pg_current_xact_id()::xid"
+        )
+        if touched == 0 and any(_COMMENT.sub("", sql).strip() for _, sql in functions.files):
+            raise MigrationError(
+                "the function files defined no routine this transaction can see; nothing swept"
+            )
         # Triggers first: a stale trigger function cannot be dropped while a stale trigger uses it.
         for query in (_STALE_TRIGGERS, _STALE_ROUTINES):
             for r in await conn.fetch(query):
