@@ -67,8 +67,18 @@ def cmd_migrate(_args: argparse.Namespace, settings: Settings) -> int:
     from broker.store import migrate
 
     dsn, _pg = _resolve_dsn(settings)
-    applied = asyncio.run(migrate.apply_url(dsn))
-    print(f"applied {len(applied)} migration(s): {applied}" if applied else "schema is up to date")
+    try:
+        out = asyncio.run(migrate.run_url(dsn))
+    except migrate.MigrationError as exc:
+        print(f"queen migrate: {exc}", file=sys.stderr)
+        return 1
+    if out.applied:
+        print(f"applied {len(out.applied)} migration(s): {out.applied}")
+    if out.functions:
+        dropped = f"; dropped {', '.join(out.dropped)}" if out.dropped else ""
+        print(f"applied sql/functions (checksum {out.functions[:12]}){dropped}")
+    if not out.applied and not out.functions:
+        print("schema is up to date")
     return 0
 
 
@@ -119,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--workers", type=int, help="worker processes (overrides QUEEN_WORKERS)")
     s.set_defaults(func=cmd_serve)
 
-    m = sub.add_parser("migrate", help="apply pending schema migrations and exit")
+    m = sub.add_parser("migrate", help="apply pending schema migrations and changed sql/functions, and exit")
     m.set_defaults(func=cmd_migrate)
 
     t = sub.add_parser("token", help="mint credentials")

@@ -18,7 +18,7 @@ One cycle, on the sweeper's own connection:
              attempt budget, a synthetic DLQ row (consumer group ``__timers__``).
 
 Order without a leader: every sweeper claims and fires at the same time, and claims are
-partition-exclusive (``sql/migrations/0025_timers_partition_claims.sql``, 0026, 0027). A claim takes due rows only
+partition-exclusive (``queen_timers_claim`` in ``sql/functions/timers.sql``). A claim takes due rows only
 from (tenant, queue, partition) groups no live claim holds, always a partition's earliest due rows,
 and two concurrent claims cannot both take one partition (a transaction advisory lock per partition,
 then the live-claim check in a fresh snapshot). So each claim batch holds whole partitions' due
@@ -47,7 +47,7 @@ storage or pause rung of the limits does. Drain (SIGTERM): stop claiming, interr
 cycle, hand back held claims so another sweeper fires them at once instead of after the lease.
 
 Gauges: ``queen_timers_pending`` is the sum of the per-tenant pending counters kept by triggers
-(``queen_usage_gauges``, 0032), read every ``PENDING_EVERY_S``; ``queen_sweeper_fired`` is this
+(``queen_usage_gauges``, ``sql/functions/limits.sql``), read every ``PENDING_EVERY_S``; ``queen_sweeper_fired`` is this
 worker's own fired count (one series per process), which shows the fire is shared.
 """
 

@@ -1,5 +1,6 @@
 -- Timers: the schedule/cancel/peek/list surface, the sweeper, the operator switches and the test hooks.
--- The functions live in sql/migrations/0020_timers.sql (claim: 0025, partition-exclusive).
+-- The functions live in sql/functions/timers.sql (queen_timers_claim: partition-exclusive claims),
+-- the tables in sql/migrations/0003_timers.sql.
 
 -- name: timers_apply
 SELECT idx, status, txn, message_id, deliver_at
@@ -46,7 +47,7 @@ UPDATE queen_timers
 WHERE claim_token = ANY($1::uuid[]);
 
 -- name: timers_pending_total
--- queen_timers_pending: the per-tenant counters the triggers of 0032 keep, never a count of queen_timers.
+-- queen_timers_pending: the per-tenant counters the triggers of sql/functions/limits.sql keep, never a count of queen_timers.
 SELECT coalesce(sum(timers_pending), 0)::bigint FROM queen_usage_gauges;
 
 -- name: timers_switches_get

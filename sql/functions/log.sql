@@ -1,102 +1,40 @@
--- The message log's consumer side: consumer groups, per-(partition, group) cursors with one lease,
--- a small side table for messages acknowledged out of order or that failed, and the PL/pgSQL
--- functions that pop, acknowledge and extend leases in one round trip each. Also a faster body for
--- queen_push (same signature, same result rows, same semantics as 0001).
+-- The message log's functions: push, pop, ack, dead letters, wake-ups of long polls and retention.
+-- Tables: sql/migrations/0001_foundation.sql and 0002_log.sql.
+-- Re-applied at boot when any function file changes (README, "Schema and upgrades"): CREATE OR
+-- REPLACE statements only; tables, indexes and data belong in forward-only migrations.
+
+-- queen_push: write a batch of messages in one statement. Every writer of the log (push, transaction,
+-- timer fire) goes through it.
 --
--- Cursor model. queen_push hands out gapless offsets per partition under the partition row lock, so
--- within a partition commit order = offset order. A cursor says "every offset <= acked_seq is done for
--- this group". A pop leases (acked_seq, lease_end_seq] to one consumer (lease_id, lease_until); acks
--- inside that range that are not at the head are remembered in queen_msg_state until the head catches
--- up, and the cursor then jumps over the contiguous run. queen_msg_state also counts failed deliveries
--- (nacks and expired leases) for the retry limit. Queue mode is the group '__QUEUE_MODE__'.
-
-CREATE TABLE queen_groups (
-    tenant         text NOT NULL,
-    queue          text COLLATE "C" NOT NULL,
-    consumer_group text COLLATE "C" NOT NULL,
-    -- NULL: the group reads every message ("all"); else only messages created at/after this instant.
-    subscribed_at  timestamptz,
-    created_at     timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (tenant, queue, consumer_group)
-);
-
-CREATE TABLE queen_cursors (
-    tenant         text NOT NULL,
-    partition_id   uuid NOT NULL,
-    consumer_group text COLLATE "C" NOT NULL,
-    queue          text COLLATE "C" NOT NULL,
-    acked_seq      bigint NOT NULL DEFAULT 0,
-    lease_id       uuid,
-    lease_until    timestamptz,
-    lease_end_seq  bigint,
-    claimed_at     timestamptz,
-    PRIMARY KEY (tenant, partition_id, consumer_group)
-);
-CREATE INDEX queen_cursors_group ON queen_cursors (tenant, queue, consumer_group);
-CREATE INDEX queen_cursors_lease ON queen_cursors (tenant, lease_id) WHERE lease_id IS NOT NULL;
-
--- Only rows for messages acked out of order (acked) or that failed at least once (failures).
-CREATE TABLE queen_msg_state (
-    tenant         text NOT NULL,
-    partition_id   uuid NOT NULL,
-    consumer_group text COLLATE "C" NOT NULL,
-    seq            bigint NOT NULL,
-    acked          boolean NOT NULL DEFAULT false,
-    failures       integer NOT NULL DEFAULT 0,
-    last_error     text,
-    PRIMARY KEY (tenant, partition_id, consumer_group, seq)
-);
-
-CREATE INDEX queen_dlq_message ON queen_dlq (tenant, message_id);
-
--- Wake-ups. NOTIFY makes PostgreSQL serialise the commits of notifying transactions (a database-wide
--- lock held through the commit's WAL flush), which would cap every push at one fsync at a time. So a
--- push notifies a queue only while some worker has a long poll waiting on it: a worker registers
--- (tenant, queue) here before its waiting pop looks at the queue. The handshake is an advisory lock
--- per (tenant, queue): writers hold it shared from before their check until their commit; a
--- registration takes it exclusively, so once it has committed, every writer either has committed
--- (the waiter's pop sees its rows) or will see the registration (and notify). Rows expire by
--- `until`; UNLOGGED because a restart forgets every waiter anyway.
-CREATE UNLOGGED TABLE queen_listeners (
-    tenant text NOT NULL,
-    queue  text COLLATE "C" NOT NULL,
-    worker text NOT NULL,
-    until  timestamptz NOT NULL,
-    PRIMARY KEY (tenant, queue, worker)
-);
-
-CREATE FUNCTION queen_wake_key(p_tenant text, p_queue text) RETURNS integer
-LANGUAGE sql IMMUTABLE AS $$ SELECT hashtext(p_tenant || E'\t' || p_queue) $$;
-
--- Register a waiting worker for (tenant, queue) for p_ms milliseconds.
-CREATE FUNCTION queen_listen(p_tenant text, p_queue text, p_worker text, p_ms bigint) RETURNS void
-LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM pg_advisory_xact_lock(7301, queen_wake_key(p_tenant, p_queue));
-    INSERT INTO queen_listeners AS l (tenant, queue, worker, until)
-    VALUES (p_tenant, p_queue, p_worker, now() + p_ms * interval '1 millisecond')
-    ON CONFLICT (tenant, queue, worker) DO UPDATE SET until = greatest(l.until, excluded.until);
-END
-$$;
-
--- Called by writers of a queue: take the shared side of the handshake, then notify if anyone waits.
-CREATE FUNCTION queen_wake(p_tenant text, p_queues text[]) RETURNS void
-LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM pg_advisory_xact_lock_shared(7301, queen_wake_key(p_tenant, d.q))
-    FROM (SELECT DISTINCT x.q FROM unnest(p_queues) AS x(q) ORDER BY 1) d;
-    PERFORM pg_notify('queen_push', p_tenant || E'\t' || d.q)
-    FROM (SELECT DISTINCT x.q FROM unnest(p_queues) AS x(q)) d
-    WHERE EXISTS (SELECT 1 FROM queen_listeners l WHERE l.tenant = p_tenant AND l.queue = d.q AND l.until > now());
-END
-$$;
-
--- queen_push, faster body. Three short statements create what is missing (tenant, queues,
--- partitions) only when it is missing, one takes the partition row locks in a fixed order (two
--- batches over the same partitions cannot deadlock), and ONE set-based statement, run after the locks
--- are held (so its snapshot sees every committed message of those partitions), finds duplicates
--- (stored, or an earlier item of this batch), numbers the new items per partition, inserts them and
--- moves next_seq.
+-- Items are given as parallel arrays (index i of each array is item i). Queues and partitions are
+-- created on first use (queen_queues.partition_count follows). Returns one row per item, in item order:
+--   status 'queued'    -> the message was written with message_id/partition_id/seq
+--   status 'duplicate' -> (partition, txn) already exists (or repeats an earlier item of this batch);
+--                         message_id is the existing message's id
+-- Wakes the long polls waiting on the queues touched (queen_wake, delivered at commit).
+--
+-- How it stays fast:
+--   * Almost every batch goes to ONE partition (the client's queue(q).partition(p).push([...]) sends
+--     one request per partition), so that case takes a fast path: one key lookup that locks the
+--     partition row and reads next_seq, then one statement that dedupes, numbers, inserts and moves
+--     next_seq. (Profiled before: the array-driven statements that create missing partitions and lock
+--     the batch's partitions cost ~0.19 ms each even when nothing was missing.)
+--   * Batches over several partitions take the general path: short statements create what is
+--     missing only when it is missing, one takes the partition row locks in a fixed order (two
+--     batches over the same partitions cannot deadlock), and ONE set-based statement, run after the
+--     locks are held (so its snapshot sees every committed message of those partitions), finds
+--     duplicates, numbers the new items per partition, inserts them and moves next_seq.
+--   * The general path's duplicate lookup is a correlated scalar probe per item: never flattened into
+--     a join, it runs with all three key columns of the unique (tenant, partition_id, txn) index
+--     bound. A LEFT JOIN was planned (generic plan) with partition_id as a mere join filter, a scan
+--     of the tenant's whole index per item (1,000 items over 8 partitions: 43 ms on a fresh database,
+--     390 ms eight batches later; with the probe 18-24 ms flat). The fast path keeps its join, which
+--     binds partition_id as a parameter (18-24 ms flat for 1,000 items into one partition).
+--   * plan_cache_mode = force_generic_plan: its statements are planned once per connection instead of
+--     at every call; planning was over half the cost of a one-item push (1.3 -> 0.6 ms per call at
+--     batch 1, about 15 % less at batch 100, about 20 % more at batch 1000, where execution dominates).
+--   * There is no (tenant, txn) index: the lookup by (queue, txn) probes the unique
+--     (tenant, partition_id, txn) index per partition of the queue, and no write pays for a second index.
 CREATE OR REPLACE FUNCTION queen_push(
     p_tenant      text,
     p_queues      text[],
@@ -110,9 +48,82 @@ CREATE OR REPLACE FUNCTION queen_push(
     p_subs        text[],
     p_deadline_ms bigint[]
 ) RETURNS TABLE (idx integer, status text, message_id uuid, partition_id uuid, seq bigint)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+AS $$
 #variable_conflict use_column
+DECLARE
+    v_new  integer;
+    v_q    text := p_queues[1];
+    v_p    text := p_partitions[1];
+    v_pid  uuid;
+    v_next bigint;
 BEGIN
+    -- Fast path: every item goes to one partition (what a client batch does). Scalar lookups by key,
+    -- and when the partition exists (the common case) nothing else is looked at: its row lock is
+    -- taken by the same statement that reads its next offset.
+    IF v_q IS NOT NULL AND v_p IS NOT NULL AND v_q = ALL (p_queues) AND v_p = ALL (p_partitions) THEN
+        SELECT qp.id, qp.next_seq INTO v_pid, v_next FROM queen_partitions qp
+        WHERE qp.tenant = p_tenant AND qp.queue = v_q AND qp.name = v_p
+        FOR UPDATE;
+        IF NOT FOUND THEN
+            IF NOT EXISTS (SELECT 1 FROM queen_tenants t WHERE t.tenant = p_tenant) THEN
+                INSERT INTO queen_tenants (tenant) VALUES (p_tenant) ON CONFLICT DO NOTHING;
+            END IF;
+            IF NOT EXISTS (SELECT 1 FROM queen_queues qq WHERE qq.tenant = p_tenant AND qq.name = v_q) THEN
+                INSERT INTO queen_queues (tenant, name) VALUES (p_tenant, v_q) ON CONFLICT DO NOTHING;
+            END IF;
+            INSERT INTO queen_partitions (tenant, id, queue, name)
+            VALUES (p_tenant, gen_random_uuid(), v_q, v_p)
+            ON CONFLICT (tenant, queue, name) DO NOTHING;
+            GET DIAGNOSTICS v_new = ROW_COUNT;
+            IF v_new > 0 THEN
+                UPDATE queen_queues qq SET partition_count = (
+                    SELECT count(*) FROM queen_partitions qp WHERE qp.tenant = p_tenant AND qp.queue = v_q)
+                WHERE qq.tenant = p_tenant AND qq.name = v_q;
+            END IF;
+            SELECT qp.id, qp.next_seq INTO v_pid, v_next FROM queen_partitions qp
+            WHERE qp.tenant = p_tenant AND qp.queue = v_q AND qp.name = v_p
+            FOR UPDATE;
+        END IF;
+
+        RETURN QUERY
+        WITH items AS (
+            SELECT u.ord::integer AS i, u.id, u.t, u.tr, u.pl, u.c, u.k, u.s, u.d
+            FROM unnest(p_ids, p_txns, p_traces, p_payloads, p_codecs, p_key_ids, p_subs, p_deadline_ms)
+                 WITH ORDINALITY AS u(id, t, tr, pl, c, k, s, d, ord)
+        ), located AS (
+            SELECT it.*, ex.id AS existing_id,
+                   first_value(it.i) OVER w AS first_i, first_value(it.id) OVER w AS first_id
+            FROM items it
+            LEFT JOIN queen_messages ex ON ex.tenant = p_tenant AND ex.partition_id = v_pid AND ex.txn = it.t
+            WINDOW w AS (PARTITION BY it.t ORDER BY it.i)
+        ), numbered AS (
+            SELECT l.*, (l.existing_id IS NULL AND l.first_i = l.i) AS fresh,
+                   v_next - 1 + row_number() OVER (
+                       PARTITION BY (l.existing_id IS NULL AND l.first_i = l.i) ORDER BY l.i) AS rn_seq
+            FROM located l
+        ), ins AS (
+            INSERT INTO queen_messages (tenant, partition_id, seq, id, txn, trace_id, payload, codec, key_id,
+                                        producer_sub, deadline_at)
+            SELECT p_tenant, v_pid, n.rn_seq, n.id, n.t, n.tr, n.pl, coalesce(n.c, 0), n.k, n.s,
+                   CASE WHEN n.d IS NULL THEN NULL ELSE now() + n.d * interval '1 millisecond' END
+            FROM numbered n WHERE n.fresh
+            ORDER BY n.rn_seq
+        ), bump AS (
+            UPDATE queen_partitions qp SET next_seq = v_next + c.n, last_push_at = now()
+            FROM (SELECT count(*) AS n FROM numbered n WHERE n.fresh) c
+            WHERE qp.tenant = p_tenant AND qp.id = v_pid AND c.n > 0
+        )
+        SELECT n.i, CASE WHEN n.fresh THEN 'queued' ELSE 'duplicate' END,
+               coalesce(n.existing_id, n.first_id), v_pid, CASE WHEN n.fresh THEN n.rn_seq END
+        FROM numbered n ORDER BY n.i;
+
+        PERFORM queen_wake(p_tenant, ARRAY[v_q]);
+        RETURN;
+    END IF;
+
+    -- General path: items over several partitions (a transaction bundle, a timer sweep).
     IF NOT EXISTS (SELECT 1 FROM queen_tenants t WHERE t.tenant = p_tenant) THEN
         INSERT INTO queen_tenants (tenant) VALUES (p_tenant) ON CONFLICT DO NOTHING;
     END IF;
@@ -131,6 +142,12 @@ BEGIN
                       WHERE qp.tenant = p_tenant AND qp.queue = d.q AND qp.name = d.p)
     ORDER BY d.q, d.p
     ON CONFLICT (tenant, queue, name) DO NOTHING;
+    GET DIAGNOSTICS v_new = ROW_COUNT;
+    IF v_new > 0 THEN
+        UPDATE queen_queues qq SET partition_count = (
+            SELECT count(*) FROM queen_partitions qp WHERE qp.tenant = p_tenant AND qp.queue = qq.name)
+        WHERE qq.tenant = p_tenant AND qq.name IN (SELECT DISTINCT x.q FROM unnest(p_queues) AS x(q));
+    END IF;
 
     PERFORM 1 FROM queen_partitions qp
     WHERE qp.tenant = p_tenant
@@ -144,11 +161,12 @@ BEGIN
         FROM unnest(p_queues, p_partitions, p_ids, p_txns, p_traces, p_payloads, p_codecs, p_key_ids,
                     p_subs, p_deadline_ms) WITH ORDINALITY AS u(q, p, id, t, tr, pl, c, k, s, d, ord)
     ), located AS (
-        SELECT it.*, qp.id AS pid, qp.next_seq, ex.id AS existing_id,
+        SELECT it.*, qp.id AS pid, qp.next_seq,
+               (SELECT m.id FROM queen_messages m
+                WHERE m.tenant = p_tenant AND m.partition_id = qp.id AND m.txn = it.t) AS existing_id,
                first_value(it.i) OVER w AS first_i, first_value(it.id) OVER w AS first_id
         FROM items it
         JOIN queen_partitions qp ON qp.tenant = p_tenant AND qp.queue = it.q AND qp.name = it.p
-        LEFT JOIN queen_messages ex ON ex.tenant = p_tenant AND ex.partition_id = qp.id AND ex.txn = it.t
         WINDOW w AS (PARTITION BY qp.id, it.t ORDER BY it.i)
     ), numbered AS (
         SELECT l.*, (l.existing_id IS NULL AND l.first_i = l.i) AS fresh,
@@ -175,20 +193,65 @@ BEGIN
 END
 $$;
 
+-- The advisory lock key of (tenant, queue) for the wake-up handshake (see queen_listeners).
+CREATE OR REPLACE FUNCTION queen_wake_key(p_tenant text, p_queue text) RETURNS integer
+LANGUAGE sql IMMUTABLE AS $$ SELECT hashtext(p_tenant || E'\t' || p_queue) $$;
+
+-- Register a waiting worker for (tenant, queue) for p_ms milliseconds. A registration also forgets the
+-- expired registrations of the same (tenant, queue) (workers that stopped or restarted under a new id),
+-- so queen_listeners stays as small as the set of live waiters.
+CREATE OR REPLACE FUNCTION queen_listen(p_tenant text, p_queue text, p_worker text, p_ms bigint) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(7301, queen_wake_key(p_tenant, p_queue));
+    DELETE FROM queen_listeners l
+    WHERE l.tenant = p_tenant AND l.queue = p_queue AND l.until < now() AND l.worker <> p_worker;
+    INSERT INTO queen_listeners AS l (tenant, queue, worker, until)
+    VALUES (p_tenant, p_queue, p_worker, now() + p_ms * interval '1 millisecond')
+    ON CONFLICT (tenant, queue, worker) DO UPDATE SET until = greatest(l.until, excluded.until);
+END
+$$;
+
+-- Called by writers of a queue: take the shared side of the handshake, then notify if anyone waits.
+CREATE OR REPLACE FUNCTION queen_wake(p_tenant text, p_queues text[]) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(7301, queen_wake_key(p_tenant, d.q))
+    FROM (SELECT DISTINCT x.q FROM unnest(p_queues) AS x(q) ORDER BY 1) d;
+    PERFORM pg_notify('queen_push', p_tenant || E'\t' || d.q)
+    FROM (SELECT DISTINCT x.q FROM unnest(p_queues) AS x(q)) d
+    WHERE EXISTS (SELECT 1 FROM queen_listeners l WHERE l.tenant = p_tenant AND l.queue = d.q AND l.until > now());
+END
+$$;
+
 -- Move the cursor of (partition, group) over the contiguous run of done offsets that now follows it
 -- (out-of-order acks remembered in queen_msg_state plus p_done, the offsets settled by the caller),
 -- forget those side rows, remember the done offsets still beyond the run, and release the lease once
 -- everything it covered is done (then wake long polls if the partition has more).
-CREATE FUNCTION queen_cursor_advance(p_tenant text, p_pid uuid, p_group text, p_done bigint[] DEFAULT '{}')
+-- The done offsets are de-duplicated (one message acknowledged twice in a batch must not make the
+-- side-table upsert touch one row twice). The floor of retention applies: a cursor below the first
+-- offset still in the log is done up to the floor (those messages are gone), so acks above a pruned
+-- head still make a contiguous run.
+CREATE OR REPLACE FUNCTION queen_cursor_advance(p_tenant text, p_pid uuid, p_group text, p_done bigint[] DEFAULT '{}')
 RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
     v_acked    bigint;
+    v_start    bigint;
     v_end      bigint;
     v_released boolean;
 BEGIN
     SELECT c.acked_seq INTO v_acked FROM queen_cursors c
     WHERE c.tenant = p_tenant AND c.partition_id = p_pid AND c.consumer_group = p_group;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    v_start := v_acked;
+    SELECT greatest(v_acked, f.floor_seq) INTO v_acked FROM queen_log_floor f
+    WHERE f.tenant = p_tenant AND f.partition_id = p_pid;
+    IF NOT FOUND THEN
+        v_acked := v_start;
+    END IF;
     SELECT max(r.seq) INTO v_end
     FROM (SELECT x.seq, row_number() OVER (ORDER BY x.seq) AS rn
           FROM (SELECT s.seq FROM queen_msg_state s
@@ -198,12 +261,14 @@ BEGIN
                 SELECT d FROM unnest(p_done) AS d WHERE d > v_acked) x) r
     WHERE r.seq - v_acked = r.rn;
     IF v_end IS NOT NULL THEN
-        DELETE FROM queen_msg_state s
-        WHERE s.tenant = p_tenant AND s.partition_id = p_pid AND s.consumer_group = p_group AND s.seq <= v_end;
         v_acked := v_end;
     END IF;
+    IF v_acked > v_start THEN
+        DELETE FROM queen_msg_state s
+        WHERE s.tenant = p_tenant AND s.partition_id = p_pid AND s.consumer_group = p_group AND s.seq <= v_acked;
+    END IF;
     INSERT INTO queen_msg_state AS s (tenant, partition_id, consumer_group, seq, acked)
-    SELECT p_tenant, p_pid, p_group, d, true FROM unnest(p_done) AS d WHERE d > v_acked
+    SELECT DISTINCT p_tenant, p_pid, p_group, d, true FROM unnest(p_done) AS d WHERE d > v_acked
     ON CONFLICT (tenant, partition_id, consumer_group, seq) DO UPDATE SET acked = true;
     UPDATE queen_cursors c
     SET acked_seq = v_acked,
@@ -221,7 +286,7 @@ END
 $$;
 
 -- File one message of the log as a dead letter of a group (copying its stored bytes as they are).
-CREATE FUNCTION queen_dlq_file(p_tenant text, p_pid uuid, p_group text, p_seq bigint, p_error text,
+CREATE OR REPLACE FUNCTION queen_dlq_file(p_tenant text, p_pid uuid, p_group text, p_seq bigint, p_error text,
                                p_retries integer) RETURNS void
 LANGUAGE sql AS $$
     INSERT INTO queen_dlq (tenant, id, queue, partition_id, partition, consumer_group, synthetic, message_id,
@@ -240,7 +305,9 @@ $$;
 -- p_auto_ack the cursor moves at delivery and no lease is taken. An empty answer carries one row of
 -- kind 'idle' whose lease_until is the earliest instant a live lease over pending messages ends (NULL
 -- if none) and whose seq is the milliseconds until then: a long poll also wakes then.
-CREATE FUNCTION queen_pop(
+-- Cursors for partitions the group has not seen yet are created only when the queue's partition_count
+-- exceeds the group's cursor_count (no per-pop search otherwise); rows go out with RETURN NEXT.
+CREATE OR REPLACE FUNCTION queen_pop(
     p_tenant text, p_queue text, p_partition text, p_group text, p_batch integer, p_max_partitions integer,
     p_auto_ack boolean, p_sub_mode text, p_sub_from timestamptz
 ) RETURNS TABLE (kind text, partition_id uuid, partition text, seq bigint, id uuid, txn text, trace_id uuid,
@@ -261,8 +328,10 @@ DECLARE
     v_last    bigint;
     v_from    bigint;
     v_any     boolean := false;
+    v_cursors integer;
+    v_new     integer;
 BEGIN
-    SELECT qq.lease_time_s, qq.retry_limit, qq.dlq_enabled INTO q
+    SELECT qq.lease_time_s, qq.retry_limit, qq.dlq_enabled, qq.partition_count INTO q
     FROM queen_queues qq WHERE qq.tenant = p_tenant AND qq.name = p_queue;
     IF NOT FOUND THEN
         RETURN QUERY SELECT 'idle'::text, NULL::uuid, NULL::text, NULL::bigint, NULL::uuid, NULL::text,
@@ -272,18 +341,20 @@ BEGIN
     END IF;
     v_until := CASE WHEN p_auto_ack THEN NULL ELSE now() + q.lease_time_s * interval '1 second' END;
 
-    SELECT g.subscribed_at INTO v_sub FROM queen_groups g
+    SELECT g.subscribed_at, g.cursor_count INTO v_sub, v_cursors FROM queen_groups g
     WHERE g.tenant = p_tenant AND g.queue = p_queue AND g.consumer_group = p_group;
     IF NOT FOUND THEN
         v_sub := CASE WHEN p_sub_from IS NOT NULL THEN p_sub_from
                       WHEN p_sub_mode = 'new' THEN now() END;
         INSERT INTO queen_groups (tenant, queue, consumer_group, subscribed_at)
         VALUES (p_tenant, p_queue, p_group, v_sub) ON CONFLICT DO NOTHING;
-        SELECT g.subscribed_at INTO v_sub FROM queen_groups g
+        SELECT g.subscribed_at, g.cursor_count INTO v_sub, v_cursors FROM queen_groups g
         WHERE g.tenant = p_tenant AND g.queue = p_queue AND g.consumer_group = p_group;
     END IF;
 
     -- A cursor for every partition this group has not seen yet, starting where its subscription does.
+    -- Skipped (the common case) when the group already has as many cursors as the queue has partitions.
+    IF v_cursors < q.partition_count OR p_partition IS NOT NULL THEN
     INSERT INTO queen_cursors (tenant, partition_id, consumer_group, queue, acked_seq)
     SELECT p_tenant, p.id, p_group, p_queue,
            CASE WHEN v_sub IS NULL THEN 0 ELSE coalesce(
@@ -296,6 +367,14 @@ BEGIN
                                                      AND cc.consumer_group = p_group)
     ORDER BY p.id
     ON CONFLICT DO NOTHING;
+    GET DIAGNOSTICS v_new = ROW_COUNT;
+    IF v_new > 0 THEN
+        UPDATE queen_groups g SET cursor_count = (
+            SELECT count(*) FROM queen_cursors cc
+            WHERE cc.tenant = p_tenant AND cc.queue = p_queue AND cc.consumer_group = p_group)
+        WHERE g.tenant = p_tenant AND g.queue = p_queue AND g.consumer_group = p_group;
+    END IF;
+    END IF;
 
     FOR c IN
         SELECT cu.partition_id AS pid, cu.acked_seq, cu.lease_id AS old_lease, cu.lease_end_seq, p.name
@@ -346,14 +425,19 @@ BEGIN
                     INSERT INTO queen_msg_state AS s (tenant, partition_id, consumer_group, seq, acked)
                     VALUES (p_tenant, c.pid, p_group, m.seq, true)
                     ON CONFLICT (tenant, partition_id, consumer_group, seq) DO UPDATE SET acked = true;
-                    RETURN QUERY SELECT CASE WHEN m.expired THEN 'expired' ELSE 'exhausted' END, c.pid, c.name,
-                        m.seq, m.id, m.txn, NULL::uuid, NULL::bytea, NULL::smallint, NULL::text, NULL::text,
-                        m.created_at, m.failures + 1, NULL::uuid, NULL::timestamptz;
+                    kind := CASE WHEN m.expired THEN 'expired' ELSE 'exhausted' END;
+                    partition_id := c.pid; partition := c.name; seq := m.seq; id := m.id; txn := m.txn;
+                    trace_id := NULL; payload := NULL; codec := NULL; key_id := NULL; producer_sub := NULL;
+                    created_at := m.created_at; attempt := m.failures + 1; lease_id := NULL; lease_until := NULL;
+                    RETURN NEXT;
                 ELSE
                     v_given := v_given + 1;
                     v_left := v_left - 1;
-                    RETURN QUERY SELECT 'msg'::text, c.pid, c.name, m.seq, m.id, m.txn, m.trace_id, m.payload,
-                        m.codec, m.key_id, m.producer_sub, m.created_at, m.failures + 1, v_lease, v_until;
+                    kind := 'msg'; partition_id := c.pid; partition := c.name; seq := m.seq; id := m.id;
+                    txn := m.txn; trace_id := m.trace_id; payload := m.payload; codec := m.codec;
+                    key_id := m.key_id; producer_sub := m.producer_sub; created_at := m.created_at;
+                    attempt := m.failures + 1; lease_id := v_lease; lease_until := v_until;
+                    RETURN NEXT;
                 END IF;
             END LOOP;
             -- Stop when something was handed out, or the partition has nothing more.
@@ -408,7 +492,7 @@ $$;
 --                        what is not done from there on is delivered again.
 -- With a lease id the cursor is the one holding that lease (an expired lease nobody re-claimed still
 -- counts); without one, the item's group, and a message under somebody's live lease is refused.
-CREATE FUNCTION queen_ack(p_tenant text, p_pids uuid[], p_txns text[], p_statuses text[], p_leases uuid[],
+CREATE OR REPLACE FUNCTION queen_ack(p_tenant text, p_pids uuid[], p_txns text[], p_statuses text[], p_leases uuid[],
                           p_groups text[], p_errors text[])
 RETURNS TABLE (idx integer, success boolean, error text, dead_lettered boolean)
 LANGUAGE plpgsql AS $$
@@ -519,7 +603,7 @@ $$;
 -- (it believed they do not encrypt at rest). If one of them encrypts now (configure raced the
 -- caller's cached view), refuse with SQLSTATE QN001 so the caller re-seals and retries: nothing is
 -- ever stored in clear text for a queue that encrypts.
-CREATE FUNCTION queen_push_checked(
+CREATE OR REPLACE FUNCTION queen_push_checked(
     p_tenant text, p_plain text[], p_queues text[], p_partitions text[], p_ids uuid[], p_txns text[],
     p_traces uuid[], p_payloads bytea[], p_codecs smallint[], p_key_ids text[], p_subs text[],
     p_deadline_ms bigint[]
@@ -535,9 +619,152 @@ BEGIN
 END
 $$;
 
--- Rows rewritten on every push (partition offsets) and every pop/ack (cursors): leave room on each
--- page so those updates stay HOT (no new index entries), and vacuum them early.
-ALTER TABLE queen_partitions SET (fillfactor = 50, autovacuum_vacuum_scale_factor = 0.02,
-                                  autovacuum_vacuum_insert_scale_factor = 0.05);
-ALTER TABLE queen_cursors SET (fillfactor = 50, autovacuum_vacuum_scale_factor = 0.02);
-ALTER TABLE queen_msg_state SET (autovacuum_vacuum_scale_factor = 0.02);
+-- Prune one queue: delete at most p_limit messages from the heads of its partitions, as ONE
+-- statement. Returns (partition id, new floor, rows deleted) per partition touched.
+-- A message of a partition is a candidate when it is older than the queue's retentionSeconds, or when
+-- it is older than completedRetentionSeconds and at/below every group's cursor on that partition (a
+-- group of the queue without a cursor there has consumed nothing of it). The candidates deleted are
+-- the leading run of the partition (the first non-candidate stops it).
+CREATE OR REPLACE FUNCTION queen_log_prune_queue(p_tenant text, p_queue text, p_keep_s bigint, p_done_s bigint,
+                                      p_limit integer)
+RETURNS TABLE (partition_id uuid, floor_seq bigint, deleted bigint)
+LANGUAGE sql AS $$
+    WITH g AS (
+        SELECT count(*) AS n FROM queen_groups gg WHERE gg.tenant = p_tenant AND gg.queue = p_queue
+    ), parts AS (
+        SELECT p.id, p.next_seq - 1 AS last_seq,
+               coalesce((SELECT f.floor_seq FROM queen_log_floor f
+                         WHERE f.tenant = p_tenant AND f.partition_id = p.id), 0) AS floor_seq,
+               CASE WHEN p_done_s IS NULL OR (SELECT n FROM g) = 0 THEN 0
+                    ELSE (SELECT CASE WHEN count(*) >= (SELECT n FROM g) THEN min(c.acked_seq) ELSE 0 END
+                          FROM queen_cursors c WHERE c.tenant = p_tenant AND c.partition_id = p.id)
+               END AS done_upto
+        FROM queen_partitions p
+        WHERE p.tenant = p_tenant AND p.queue = p_queue
+    ), heads AS (
+        -- The head run ends just before the first message (within the next p_limit offsets) that is not a
+        -- candidate: one short index range per partition, never a scan of what stays.
+        SELECT pa.id, h.upto, pa.floor_seq, h.upto - pa.floor_seq AS n
+        FROM parts pa
+        CROSS JOIN LATERAL (
+            SELECT coalesce(
+                (SELECT m.seq - 1 FROM queen_messages m
+                 WHERE m.tenant = p_tenant AND m.partition_id = pa.id
+                   AND m.seq > pa.floor_seq AND m.seq <= pa.floor_seq + p_limit
+                   AND NOT coalesce(
+                       (p_keep_s IS NOT NULL AND m.created_at < now() - p_keep_s * interval '1 second')
+                       OR (p_done_s IS NOT NULL AND m.seq <= pa.done_upto
+                           AND m.created_at < now() - p_done_s * interval '1 second'), false)
+                 ORDER BY m.seq LIMIT 1),
+                least(pa.floor_seq + p_limit, pa.last_seq)) AS upto) h
+        WHERE pa.last_seq > pa.floor_seq AND h.upto > pa.floor_seq
+    ), chosen AS (
+        -- Whole heads while the running total fits; the one that crosses p_limit is cut to fit.
+        SELECT z.id, z.upto - greatest(z.run - p_limit, 0) AS upto
+        FROM (SELECT hh.id, hh.upto, hh.floor_seq, sum(hh.n) OVER (ORDER BY hh.id) AS run FROM heads hh) z
+        WHERE z.run - (z.upto - z.floor_seq) < p_limit
+    ), del AS (
+        DELETE FROM queen_messages m USING chosen ch
+        WHERE m.tenant = p_tenant AND m.partition_id = ch.id AND m.seq <= ch.upto
+        RETURNING m.partition_id
+    ), fl AS (
+        INSERT INTO queen_log_floor AS f (tenant, partition_id, floor_seq)
+        SELECT p_tenant, ch.id, ch.upto FROM chosen ch
+        ON CONFLICT (tenant, partition_id) DO UPDATE SET floor_seq = greatest(f.floor_seq, excluded.floor_seq)
+    )
+    SELECT ch.id, ch.upto, (SELECT count(*) FROM del d WHERE d.partition_id = ch.id) FROM chosen ch;
+$$;
+
+-- One pruning batch over every queue with a retention option: at most p_limit messages in all.
+-- A queue is pruned by one worker at a time (a per-queue advisory lock, tried, never waited for: a
+-- queue another worker is pruning is skipped). After the delete, the cursors of the pruned partitions
+-- that are below the new floor move up to it (only those no pop or ack holds right now: SKIP LOCKED;
+-- the others move at their next advance, which applies the floor too), dropping a lease whose whole
+-- range is gone and the side rows below the floor. Returns (tenant, queue, deleted) per queue pruned.
+CREATE OR REPLACE FUNCTION queen_log_prune(p_limit integer)
+RETURNS TABLE (tenant text, queue text, deleted bigint)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    q      record;
+    v_left integer := p_limit;
+    v_pids uuid[];
+    v_upto bigint[];
+    v_n    bigint;
+BEGIN
+    FOR q IN
+        SELECT qq.tenant, qq.name,
+               nullif(qq.options ->> 'retentionSeconds', '')::bigint AS keep_s,
+               nullif(qq.options ->> 'completedRetentionSeconds', '')::bigint AS done_s
+        FROM queen_queues qq
+        WHERE qq.options ?| ARRAY['retentionSeconds', 'completedRetentionSeconds']
+        ORDER BY random()
+    LOOP
+        EXIT WHEN v_left <= 0;
+        CONTINUE WHEN coalesce(q.keep_s, 0) <= 0 AND coalesce(q.done_s, 0) <= 0;
+        CONTINUE WHEN NOT pg_try_advisory_xact_lock(7302, queen_wake_key(q.tenant, q.name));
+        SELECT array_agg(r.partition_id), array_agg(r.floor_seq), coalesce(sum(r.deleted), 0)
+        INTO v_pids, v_upto, v_n
+        FROM queen_log_prune_queue(q.tenant, q.name, nullif(q.keep_s, 0), nullif(q.done_s, 0), v_left) r;
+        CONTINUE WHEN v_n = 0;
+        v_left := v_left - v_n::integer;
+
+        WITH fl AS (
+            SELECT x.pid, x.upto FROM unnest(v_pids, v_upto) AS x(pid, upto)
+        ), locked AS (
+            SELECT c.partition_id, c.consumer_group, fl.upto
+            FROM queen_cursors c JOIN fl ON c.partition_id = fl.pid
+            WHERE c.tenant = q.tenant AND c.acked_seq < fl.upto
+            FOR UPDATE OF c SKIP LOCKED
+        ), st AS (
+            DELETE FROM queen_msg_state s USING locked l
+            WHERE s.tenant = q.tenant AND s.partition_id = l.partition_id AND s.consumer_group = l.consumer_group
+              AND s.seq <= l.upto
+        )
+        UPDATE queen_cursors c
+        SET acked_seq = l.upto,
+            lease_id = CASE WHEN c.lease_end_seq <= l.upto THEN NULL ELSE c.lease_id END,
+            lease_until = CASE WHEN c.lease_end_seq <= l.upto THEN NULL ELSE c.lease_until END,
+            lease_end_seq = CASE WHEN c.lease_end_seq <= l.upto THEN NULL ELSE c.lease_end_seq END
+        FROM locked l
+        WHERE c.tenant = q.tenant AND c.partition_id = l.partition_id AND c.consumer_group = l.consumer_group;
+
+        tenant := q.tenant; queue := q.name; deleted := v_n;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+-- The HTTP push in ONE statement: the encryption check of queen_push_checked, queen_push, and the
+-- metering of the messages queued (queen_meter, the function metering.record calls) all run in the
+-- statement's own transaction. Before, a push was BEGIN, queen_push_checked, queen_meter, COMMIT: four
+-- round trips where one does. Same rows as queen_push; SQLSTATE QN001 as queen_push_checked.
+CREATE OR REPLACE FUNCTION queen_push_edge(
+    p_tenant text, p_period_s integer, p_plain text[], p_queues text[], p_partitions text[], p_ids uuid[],
+    p_txns text[], p_traces uuid[], p_payloads bytea[], p_codecs smallint[], p_key_ids text[], p_subs text[],
+    p_deadline_ms bigint[]
+) RETURNS TABLE (idx integer, status text, message_id uuid, partition_id uuid, seq bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_queued bigint := 0;
+BEGIN
+    IF cardinality(p_plain) > 0 AND EXISTS (
+        SELECT 1 FROM queen_queues q
+        WHERE q.tenant = p_tenant AND q.name = ANY (p_plain) AND q.encryption_enabled) THEN
+        RAISE EXCEPTION 'a destination queue encrypts at rest' USING ERRCODE = 'QN001';
+    END IF;
+    FOR idx, status, message_id, partition_id, seq IN
+        SELECT r.idx, r.status, r.message_id, r.partition_id, r.seq
+        FROM queen_push(p_tenant, p_queues, p_partitions, p_ids, p_txns, p_traces, p_payloads, p_codecs,
+                        p_key_ids, p_subs, p_deadline_ms) r
+    LOOP
+        IF status = 'queued' THEN
+            v_queued := v_queued + 1;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+    IF v_queued > 0 THEN
+        PERFORM queen_meter(p_tenant, p_period_s, v_queued, 0);
+    END IF;
+END
+$$;

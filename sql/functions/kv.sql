@@ -1,31 +1,18 @@
--- The KV store: rows per (tenant, namespace, key), sequence-based versions, expiry compared with
--- now() in SQL (an expired row is never returned and never counts as existing, pruned or not), and
--- queen_kv_apply: every op of one call (or of one transaction's kv rider) in ONE function call.
-
-CREATE TABLE queen_kv (
-    tenant     text NOT NULL,
-    ns         text COLLATE "C" NOT NULL,
-    key        text COLLATE "C" NOT NULL,
-    value      jsonb NOT NULL,
-    version    bigint NOT NULL,
-    expires_at timestamptz,
-    created_at timestamptz NOT NULL DEFAULT now(),
-    updated_at timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (tenant, ns, key)
-);
-CREATE INDEX queen_kv_expiry ON queen_kv (tenant, expires_at) WHERE expires_at IS NOT NULL;
-
+-- The KV store: queen_kv_apply (every op of one call, or of one transaction's kv rider, in ONE
+-- function call) and the expiry pruner. Tables: sql/migrations/0005_kv.sql.
+--
 -- Storage counts a row as the bytes of its key plus its value's JSON text (the same measure on insert,
 -- update, delete and prune, so the gauge never drifts).
+-- Re-applied at boot when any function file changes (README, "Schema and upgrades"): CREATE OR
+-- REPLACE statements only; tables, indexes and data belong in forward-only migrations.
 
--- Versions are never reused, not even for a key deleted and created again. 0 means "absent".
-CREATE SEQUENCE queen_kv_version AS bigint START 1;
-
-CREATE FUNCTION queen_kv_ts(ts timestamptz) RETURNS text LANGUAGE sql STABLE AS $$
+-- A timestamp as the KV answers carry it (UTC, microseconds, ISO 8601).
+CREATE OR REPLACE FUNCTION queen_kv_ts(ts timestamptz) RETURNS text LANGUAGE sql STABLE AS $$
     SELECT to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
 $$;
 
-CREATE FUNCTION queen_kv_row(r queen_kv, with_value boolean) RETURNS jsonb LANGUAGE sql STABLE AS $$
+-- One KV row as the API answers it (the value only when asked for).
+CREATE OR REPLACE FUNCTION queen_kv_row(r queen_kv, with_value boolean) RETURNS jsonb LANGUAGE sql STABLE AS $$
     SELECT jsonb_build_object('key', r.key, 'version', r.version,
                               'expiresAt', queen_kv_ts(r.expires_at), 'updatedAt', queen_kv_ts(r.updated_at))
            || CASE WHEN with_value THEN jsonb_build_object('value', r.value) ELSE '{}'::jsonb END
@@ -33,7 +20,7 @@ $$;
 
 -- The smallest string greater than every string that starts with p (code point order = C collation
 -- byte order for UTF-8), or NULL when there is none. Gives getPrefix an index range.
-CREATE FUNCTION queen_kv_prefix_upper(p text) RETURNS text LANGUAGE plpgsql IMMUTABLE AS $$
+CREATE OR REPLACE FUNCTION queen_kv_prefix_upper(p text) RETURNS text LANGUAGE plpgsql IMMUTABLE AS $$
 DECLARE
     s text := p;
     c integer;
@@ -61,7 +48,7 @@ $$;
 -- Returns {"results":[...]} index-aligned, or {"abort":{"failedIndex","kvReason","version","value"}}
 -- when an op with required:true did not apply: then every write of this call is rolled back (the
 -- whole body runs in a subtransaction) and nothing is metered.
-CREATE FUNCTION queen_kv_apply(p_tenant text, p_ops jsonb, p_base integer, p_budget bigint,
+CREATE OR REPLACE FUNCTION queen_kv_apply(p_tenant text, p_ops jsonb, p_base integer, p_budget bigint,
                                p_period_s integer, p_meter boolean)
 RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
@@ -305,7 +292,7 @@ $$;
 -- Remove expired rows, at most p_batch (each tenant's share capped at p_batch too), and give their bytes
 -- back to the tenants' storage gauges. Re-checks expiry at delete time, so a row rewritten since it
 -- was picked survives.
-CREATE FUNCTION queen_kv_prune(p_batch integer) RETURNS integer LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION queen_kv_prune(p_batch integer) RETURNS integer LANGUAGE plpgsql AS $$
 DECLARE
     v_n integer := 0;
     r   record;

@@ -1,71 +1,10 @@
--- Timers: messages that are not in the log yet.
---
--- One row per pending timer, keyed (tenant, queue, timer_key). A row lives from its schedule until
--- its fire (the row is deleted in the same transaction that writes the message), its cancel, or its
--- move to the DLQ after the attempt budget. There is no tombstone.
---
--- due_at is "the next instant a sweeper may claim this row", and the only column the sweeper's claim
--- looks at:
---   fresh row        due_at = deliver_at
---   claimed row      due_at = claimed_until (so an expired claim is simply due again)
---   row in backoff   due_at = now() + backoff, claim cleared (not claimed, so still cancellable)
--- A row is "claimed" (cancel/reschedule answer too_late, peek says claimed:true) exactly when
--- claim_token IS NOT NULL AND claimed_until > now(), compared by the database clock.
---
--- payload holds the stored bytes. Unencrypted: the client's bytes as sent (zstd when payload_zstd);
--- the fire checks they are JSON and seals them for the log. Encrypted (key_id set): the output of
--- broker.payloads.seal at schedule time (codec = 1 when payload_zstd), moved into the log untouched.
+-- Timers: schedule/reschedule/cancel, and the sweeper's claim and fire.
+-- Tables: sql/migrations/0003_timers.sql. The pending-timer gauge triggers are in limits.sql.
+-- Re-applied at boot when any function file changes (README, "Schema and upgrades"): CREATE OR
+-- REPLACE statements only; tables, indexes and data belong in forward-only migrations.
 
-CREATE TABLE queen_timers (
-    tenant        text NOT NULL,
-    queue         text COLLATE "C" NOT NULL,
-    timer_key     text COLLATE "C" NOT NULL,
-    partition     text COLLATE "C" NOT NULL DEFAULT 'Default',
-    txn           text COLLATE "C" NOT NULL,
-    message_id    uuid NOT NULL,
-    payload       bytea NOT NULL,
-    payload_zstd  boolean NOT NULL DEFAULT false,
-    key_id        text,
-    producer_sub  text,
-    deliver_at    timestamptz NOT NULL,
-    due_at        timestamptz NOT NULL,
-    attempts      integer NOT NULL DEFAULT 0,   -- permanent failures: the budget
-    failures      integer NOT NULL DEFAULT 0,   -- every failure: the backoff exponent
-    last_error    text,
-    claim_token   uuid,
-    claimed_until timestamptz,
-    claimed_by    text,
-    created_at    timestamptz NOT NULL DEFAULT now(),
-    updated_at    timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (tenant, queue, timer_key)
-);
--- The sweeper walks tenants (queen_tenants) and, per tenant, the earliest due rows.
-CREATE INDEX queen_timers_due ON queen_timers (tenant, due_at);
-
--- Operator switches, cluster-wide (tenant '*'), read by every worker from the database so they hold
--- across workers and brokers: sweeper_paused stops the fire (only an operator can), and
--- scheduling_enabled = false refuses POST /api/v1/timers (503) and the transaction rider (403) while
--- the DELETE cancel keeps working.
-CREATE TABLE queen_timer_switches (
-    tenant             text PRIMARY KEY,
-    sweeper_paused     boolean NOT NULL DEFAULT false,
-    scheduling_enabled boolean NOT NULL DEFAULT true,
-    updated_at         timestamptz NOT NULL DEFAULT now()
-);
-INSERT INTO queen_timer_switches (tenant) VALUES ('*');
-
--- Fault injection for tests (QUEEN_TEST_HOOKS=1 only; see broker/http/test_hooks.py): the next
--- `remaining` fires of (tenant, queue) fail with failure_class, or stall for stall_ms before firing.
-CREATE TABLE queen_timer_faults (
-    tenant        text NOT NULL,
-    queue         text COLLATE "C" NOT NULL,
-    failure_class text NOT NULL CHECK (failure_class IN ('transient', 'permanent', 'stall')),
-    remaining     integer NOT NULL CHECK (remaining >= 0),
-    stall_ms      integer NOT NULL DEFAULT 0,
-    PRIMARY KEY (tenant, queue)
-);
-
-CREATE FUNCTION queen_timers_scheduling_enabled() RETURNS boolean
+-- The cluster-wide scheduling switch (true when no row says otherwise).
+CREATE OR REPLACE FUNCTION queen_timers_scheduling_enabled() RETURNS boolean
 LANGUAGE sql STABLE AS $$
     SELECT coalesce((SELECT scheduling_enabled FROM queen_timer_switches WHERE tenant = '*'), true)
 $$;
@@ -81,7 +20,7 @@ $$;
 -- DELETE cancel route passes false: nothing but the boot flag refuses it).
 -- Notifies queen_timers with the smallest new delay in ms when some timer is due within p_near_ms,
 -- so sleeping sweepers wake at commit.
-CREATE FUNCTION queen_timers_apply(
+CREATE OR REPLACE FUNCTION queen_timers_apply(
     p_tenant         text,
     p_sub            text,
     p_check_switch   boolean,
@@ -197,9 +136,17 @@ $$;
 -- a second frame. Failed rows (f_*) still holding the token get their claim cleared, the failure
 -- counted (f_cost 1 = permanent, 0 = transient) and a backoff; a row whose attempts reach
 -- p_max_attempts moves to its queue's DLQ as a synthetic row (consumer group __timers__).
+-- f_wrap, per failed row: its payload is itself the failure (not JSON, not a zstd frame). Such a row
+-- reaches the DLQ with its bytes inside a JSON envelope {"undeliverable": true, "error", "payloadZstd",
+-- "payloadBase64"}: the DLQ, like the log, stores JSON, so GET /api/v1/dlq stays a JSON answer, and the
+-- operator still sees the original bytes.
 -- Returns one row per row acted upon: kind 'fired' (lag = commit-time clock minus deliver_at),
 -- 'duplicate', 'backoff' or 'dlq'.
-CREATE FUNCTION queen_timers_fire(
+--
+-- The queue, partition and txn arrays handed to queen_push carry the default collation: aggregated
+-- straight from queen_timers' COLLATE "C" columns they made queen_push's call collation "C", and
+-- queen_push planned that call ~50x slower (2.4 s instead of 50 ms for 1,000 items, measured).
+CREATE OR REPLACE FUNCTION queen_timers_fire(
     p_token        uuid,
     g_tenants      text[],
     g_queues       text[],
@@ -211,6 +158,7 @@ CREATE FUNCTION queen_timers_fire(
     f_keys         text[],
     f_errors       text[],
     f_costs        integer[],
+    f_wrap         boolean[],
     p_max_attempts integer,
     p_backoff_base_ms bigint,
     p_backoff_cap_ms  bigint
@@ -237,10 +185,10 @@ BEGIN
             FROM gone g JOIN inp ON inp.te = g.tenant AND inp.q = g.queue AND inp.k = g.timer_key
         )
         SELECT j.tenant,
-               array_agg(j.queue ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS qs,
-               array_agg(j.partition ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS ps,
+               array_agg(j.queue COLLATE "default" ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS qs,
+               array_agg(j.partition COLLATE "default" ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS ps,
                array_agg(j.message_id ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS ids,
-               array_agg(j.txn ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS txns,
+               array_agg(j.txn COLLATE "default" ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS txns,
                array_agg(j.sealed ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS pls,
                array_agg(j.codec ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS cs,
                array_agg(j.key_id ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS kids,
@@ -280,53 +228,99 @@ BEGIN
         FROM upd;
 
         -- Out of budget: the row leaves for its queue's DLQ (the rows just updated are locked by us).
+        -- A payload that is itself the failure (not JSON, not zstd) is kept inside a JSON envelope, so
+        -- the DLQ holds JSON like every other stored message and the original bytes stay readable.
         WITH inp AS (
-            SELECT * FROM unnest(f_tenants, f_queues, f_keys) AS u(te, q, k)
+            SELECT * FROM unnest(f_tenants, f_queues, f_keys, f_wrap) AS u(te, q, k, wrap)
         ),
         dead AS (
             DELETE FROM queen_timers t USING inp
             WHERE t.tenant = inp.te AND t.queue = inp.q AND t.timer_key = inp.k
               AND t.claim_token IS NULL AND t.attempts >= p_max_attempts
-            RETURNING t.*
+            RETURNING t.*, inp.wrap
         )
         INSERT INTO queen_dlq (tenant, id, queue, partition_id, partition, consumer_group, synthetic,
                                message_id, txn, payload, codec, key_id, producer_sub, error,
                                retry_count, original_created_at)
         SELECT d.tenant, gen_random_uuid(), d.queue, qp.id, d.partition, '__timers__', true,
-               d.message_id, d.txn, d.payload, CASE WHEN d.payload_zstd THEN 1 ELSE 0 END,
-               d.key_id, d.producer_sub, d.last_error, d.attempts, d.created_at
+               d.message_id, d.txn,
+               CASE WHEN coalesce(d.wrap, false)
+                    THEN convert_to(json_build_object(
+                             'undeliverable', true, 'error', d.last_error, 'payloadZstd', d.payload_zstd,
+                             'payloadBase64', translate(encode(d.payload, 'base64'), E'\n', ''))::text, 'UTF8')
+                    ELSE d.payload END,
+               CASE WHEN coalesce(d.wrap, false) THEN 0 WHEN d.payload_zstd THEN 1 ELSE 0 END,
+               CASE WHEN coalesce(d.wrap, false) THEN NULL ELSE d.key_id END,
+               d.producer_sub, d.last_error, d.attempts, d.created_at
         FROM dead d
         LEFT JOIN queen_partitions qp ON qp.tenant = d.tenant AND qp.queue = d.queue AND qp.name = d.partition;
     END IF;
 END
 $$;
 
--- queen_timers_claim: the claim half of a sweep cycle, one statement-set in one call.
+-- queen_timers_claim: the claim half of a sweep cycle, one call.
 --
--- Claims at most p_batch due rows (due_at <= now(): fresh, backoff elapsed, or claim expired) with
--- FOR UPDATE SKIP LOCKED, stamping p_token, claimed_until = due_at = now() + p_lease_ms. Fairness:
--- every tenant with due rows gets an equal slice of the batch (ceil(p_batch / active tenants)), and
--- the walk over tenants starts after p_cursor, so a tenant's burst cannot starve another's timers.
--- Nothing is claimed while an operator has paused the sweeper. With p_faults (test hooks) each row
--- may carry an injected fault taken from queen_timer_faults.
--- When fewer than p_batch rows were claimed, a last row with tenant NULL carries next_due_ms: how long
--- until the earliest row becomes due (NULL when there is none), by the database clock.
-CREATE FUNCTION queen_timers_claim(
+-- Claims at most p_batch due rows (due_at <= now(): fresh, backoff elapsed, or claim expired),
+-- stamping p_token, claimed_until = due_at = now() + p_lease_ms. Nothing is claimed while an operator
+-- has paused the sweeper. With p_faults (test hooks) each row may carry an injected fault taken from
+-- queen_timer_faults. When fewer than p_batch rows were claimed, a last row with tenant NULL carries
+-- next_due_ms: how long until the earliest row becomes due (NULL when there is none), by the database
+-- clock.
+--
+-- Fairness: the walk over tenants starts after p_cursor, and while several tenants have due timers
+-- each gets at most a slice of the batch (ceil(p_batch / active tenants), capped by p_slice_cap =
+-- QUEEN_SWEEPER_TENANT_SLICE). A burst of one tenant then makes short cycles, so another tenant's due
+-- timers wait one short cycle instead of one long one. A tenant alone still takes the whole batch.
+--
+-- Claims are partition-exclusive, so sweepers need no leader (every worker process runs one; they
+-- share the work through the database):
+--   * a claim takes due rows only from (tenant, queue, partition) groups that no live claim holds
+--     (claim_token set and claimed_until > now()), and always a partition's earliest due rows;
+--   * two claims running at the same moment cannot both take rows of one partition: each first takes
+--     pg_try_advisory_xact_lock on the partition (a partition another claimer is taking right now is
+--     skipped for this cycle), and only then, in a later statement with a fresh snapshot, checks that
+--     no live claim holds it. A claimer that gets the lock after another's claim committed therefore
+--     sees that claim and skips the partition.
+-- A claim batch thus holds whole partitions' due prefixes, which its sweeper fires in deliverAt order
+-- (queen_timers_fire orders by queue, partition, deliver_at); the partition's later rows can be claimed
+-- only once that fire has committed (or the claim has expired or been handed back), so they enter the
+-- log after it. Different sweepers fire different partitions in parallel. A row that becomes due while
+-- its partition is claimed waits for the next cycle after the fire; a held claim (test hook, or a
+-- stalled sweeper) blocks its partition until its lease ends, never other partitions.
+--
+-- A claim reads and locks only what it takes: the candidate window is two slices per tenant; the
+-- candidate partitions are locked one by one, in order, per tenant, until the locked ones that no live
+-- claim holds (checked right after each lock, in a fresh snapshot) have at least the tenant's slice of
+-- window rows, and partitions past that stay free for the other sweepers. Their earliest due rows are
+-- read one partition after the other (lazy nested loops under LIMITs) until the slice (then the batch)
+-- is full, and only the rows kept are locked (FOR UPDATE SKIP LOCKED) and stamped. A claim thus holds
+-- few partitions, deep, and leaves the others to the other sweepers.
+CREATE OR REPLACE FUNCTION queen_timers_claim(
     p_token      uuid,
     p_lease_ms   bigint,
     p_batch      integer,
     p_cursor     text,
     p_claimed_by text,
-    p_faults     boolean
+    p_faults     boolean,
+    p_slice_cap  integer
 ) RETURNS TABLE (tenant text, queue text, timer_key text, partition text, payload bytea,
                  payload_zstd boolean, key_id text, deliver_at timestamptz, fault text, stall_ms integer,
                  next_due_ms bigint, paused boolean)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql VOLATILE AS $$
 #variable_conflict use_column
 DECLARE
     v_active integer;
     v_slice  integer;
     v_rows   integer := 0;
+    v_te     text[];
+    v_q      text[];
+    v_p      text[];
+    v_tr     bigint[];
+    v_prs    bigint[];
+    v_pr     bigint;
+    v_have   bigint;
+    v_cur    text;
+    r        record;
 BEGIN
     IF coalesce((SELECT s.sweeper_paused FROM queen_timer_switches s WHERE s.tenant = '*'), false) THEN
         RETURN QUERY SELECT NULL::text, NULL::text, NULL::text, NULL::text, NULL::bytea, NULL::boolean,
@@ -339,53 +333,133 @@ BEGIN
 
     IF v_active > 0 THEN
         v_slice := greatest(ceil(p_batch::numeric / v_active)::integer, 1);
-        RETURN QUERY
-        WITH due AS (
-            SELECT x.tenant, x.queue, x.timer_key
-            FROM (SELECT qt.tenant FROM queen_tenants qt
-                  ORDER BY (qt.tenant COLLATE "C" > coalesce(p_cursor, '')) DESC, qt.tenant COLLATE "C") a
-            CROSS JOIN LATERAL (
-                SELECT t.tenant, t.queue, t.timer_key FROM queen_timers t
-                WHERE t.tenant = a.tenant AND t.due_at <= now()
-                ORDER BY t.due_at
-                LIMIT v_slice
-                FOR UPDATE SKIP LOCKED
-            ) x
-            LIMIT p_batch
-        ),
-        claimed AS (
-            UPDATE queen_timers t
-               SET claim_token = p_token, claimed_until = now() + p_lease_ms * interval '1 millisecond',
-                   due_at = now() + p_lease_ms * interval '1 millisecond', claimed_by = p_claimed_by
-            FROM due
-            WHERE t.tenant = due.tenant AND t.queue = due.queue AND t.timer_key = due.timer_key
-            RETURNING t.tenant, t.queue, t.timer_key, t.partition, t.payload, t.payload_zstd, t.key_id,
-                      t.deliver_at
-        ),
-        numbered AS (
-            SELECT c.*, row_number() OVER (PARTITION BY c.tenant, c.queue ORDER BY c.deliver_at, c.timer_key) AS rn
-            FROM claimed c
-        ),
-        counts AS (
-            SELECT c.tenant, c.queue, count(*)::integer AS n FROM claimed c WHERE p_faults GROUP BY 1, 2
-        ),
-        taken AS (
-            UPDATE queen_timer_faults f
-               SET remaining = greatest(old.remaining - counts.n, 0)
-            FROM counts, queen_timer_faults old
-            WHERE p_faults AND f.tenant = counts.tenant AND f.queue = counts.queue AND f.remaining > 0
-              AND old.tenant = f.tenant AND old.queue = f.queue
-            RETURNING f.tenant, f.queue, f.failure_class, f.stall_ms, least(old.remaining, counts.n) AS took
-        )
-        SELECT n.tenant, n.queue, n.timer_key, n.partition, n.payload, n.payload_zstd, n.key_id,
-               n.deliver_at,
-               CASE WHEN tk.took IS NOT NULL AND n.rn <= tk.took THEN tk.failure_class END,
-               CASE WHEN tk.took IS NOT NULL AND n.rn <= tk.took THEN tk.stall_ms END,
-               NULL::bigint, false
-        FROM numbered n
-        LEFT JOIN taken tk ON tk.tenant = n.tenant AND tk.queue = n.queue
-        ORDER BY n.tenant, n.queue, n.partition, n.deliver_at, n.timer_key;
-        GET DIAGNOSTICS v_rows = ROW_COUNT;
+        IF v_active > 1 THEN
+            v_slice := least(v_slice, greatest(p_slice_cap, 1));
+        END IF;
+
+        -- 1. Candidate partitions: per tenant (rotating from after p_cursor), the partitions of its
+        --    earliest due rows (a window of a few slices, so a partition held by another sweeper does
+        --    not leave this one idle). Lock them in order, skipping any another claimer is taking right
+        --    now, until the locked ones hold the tenant's slice of window rows.
+        FOR r IN
+            WITH ten AS (
+                SELECT qt.tenant,
+                       row_number() OVER (ORDER BY (qt.tenant COLLATE "C" > coalesce(p_cursor, '')) DESC,
+                                                   qt.tenant COLLATE "C") AS tr
+                FROM queen_tenants qt
+            ),
+            win AS (
+                SELECT ten.tenant, ten.tr, w.queue, w.partition, w.due_at
+                FROM ten CROSS JOIN LATERAL (
+                    SELECT t.queue, t.partition, t.due_at FROM queen_timers t
+                    WHERE t.tenant = ten.tenant AND t.due_at <= now()
+                    ORDER BY t.due_at
+                    LIMIT v_slice * 2
+                ) w
+            )
+            SELECT win.tenant, win.tr, win.queue::text AS queue, win.partition::text AS partition, count(*) AS n
+            FROM win GROUP BY win.tenant, win.tr, win.queue, win.partition
+            ORDER BY win.tr, min(win.due_at), win.queue, win.partition
+        LOOP
+            IF r.tenant IS DISTINCT FROM v_cur THEN
+                v_cur := r.tenant;
+                v_have := 0;
+                v_pr := 0;
+            END IF;
+            CONTINUE WHEN v_have >= v_slice;
+            -- Locked, then (a later statement, so a fresh snapshot) not held by a live claim: a claimer
+            -- that had the lock before us has committed, and its claim is visible here.
+            CONTINUE WHEN NOT pg_try_advisory_xact_lock(1364478285,
+                                hashtext(r.tenant || E'\x1f' || r.queue || E'\x1f' || r.partition));
+            CONTINUE WHEN EXISTS (SELECT 1 FROM queen_timers c
+                                  WHERE c.tenant = r.tenant AND c.queue = r.queue AND c.partition = r.partition
+                                    AND c.claim_token IS NOT NULL AND c.claimed_until > now());
+            v_pr := v_pr + 1;
+            v_have := v_have + r.n;
+            v_te := v_te || r.tenant;
+            v_q := v_q || r.queue;
+            v_p := v_p || r.partition;
+            v_tr := v_tr || r.tr;
+            v_prs := v_prs || v_pr;
+        END LOOP;
+
+        -- 2. A new statement, so a new snapshot taken after the locks: skip the partitions a live claim
+        --    holds (committed by a claimer that held the lock before us), and claim the earliest due
+        --    rows of the others, whole partitions first, at most the tenant's slice and the batch.
+        IF v_te IS NOT NULL THEN
+            RETURN QUERY
+            WITH lk AS (
+                SELECT * FROM unnest(v_te, v_q, v_p, v_tr, v_prs) AS u(te, q, p, tr, pr)
+            ),
+            free AS MATERIALIZED (
+                SELECT lk.* FROM lk
+                WHERE NOT EXISTS (
+                    SELECT 1 FROM queen_timers c
+                    WHERE c.tenant = lk.te AND c.queue = lk.q AND c.partition = lk.p
+                      AND c.claim_token IS NOT NULL AND c.claimed_until > now()
+                )
+            ),
+            ften AS (
+                SELECT DISTINCT free.te, free.tr FROM free
+            ),
+            -- Nested loops read lazily: partition after partition (in candidate order), each one's
+            -- earliest due rows, until the tenant's slice, then the batch, is full; nothing more is read.
+            pick AS (
+                SELECT y.te, y.queue, y.timer_key
+                FROM (SELECT ften.te, ften.tr FROM ften ORDER BY ften.tr) ft
+                CROSS JOIN LATERAL (
+                    SELECT f.te, x.queue, x.timer_key
+                    FROM (SELECT f2.te, f2.q, f2.p, f2.pr FROM free f2 WHERE f2.te = ft.te ORDER BY f2.pr) f
+                    CROSS JOIN LATERAL (
+                        SELECT t.queue, t.timer_key FROM queen_timers t
+                        WHERE t.tenant = f.te AND t.queue = f.q AND t.partition = f.p AND t.due_at <= now()
+                        ORDER BY t.due_at
+                        LIMIT v_slice
+                    ) x
+                    LIMIT v_slice
+                ) y
+                LIMIT p_batch
+            ),
+            due AS (
+                SELECT t.tenant AS te, t.queue, t.timer_key
+                FROM queen_timers t JOIN pick ON t.tenant = pick.te AND t.queue = pick.queue AND t.timer_key = pick.timer_key
+                WHERE t.due_at <= now()
+                FOR UPDATE OF t SKIP LOCKED
+            ),
+            claimed AS (
+                UPDATE queen_timers t
+                   SET claim_token = p_token, claimed_until = now() + p_lease_ms * interval '1 millisecond',
+                       due_at = now() + p_lease_ms * interval '1 millisecond', claimed_by = p_claimed_by
+                FROM due
+                WHERE t.tenant = due.te AND t.queue = due.queue AND t.timer_key = due.timer_key
+                RETURNING t.tenant, t.queue, t.timer_key, t.partition, t.payload, t.payload_zstd, t.key_id,
+                          t.deliver_at
+            ),
+            numbered AS (
+                SELECT c.*, row_number() OVER (PARTITION BY c.tenant, c.queue ORDER BY c.deliver_at, c.timer_key) AS rn
+                FROM claimed c
+            ),
+            counts AS (
+                SELECT c.tenant, c.queue, count(*)::integer AS n FROM claimed c WHERE p_faults GROUP BY 1, 2
+            ),
+            taken AS (
+                UPDATE queen_timer_faults f
+                   SET remaining = greatest(old.remaining - counts.n, 0)
+                FROM counts, queen_timer_faults old
+                WHERE p_faults AND f.tenant = counts.tenant AND f.queue = counts.queue AND f.remaining > 0
+                  AND old.tenant = f.tenant AND old.queue = f.queue
+                RETURNING f.tenant, f.queue, f.failure_class, f.stall_ms, least(old.remaining, counts.n) AS took
+            )
+            SELECT n.tenant, n.queue, n.timer_key, n.partition, n.payload, n.payload_zstd, n.key_id,
+                   n.deliver_at,
+                   CASE WHEN tk.took IS NOT NULL AND n.rn <= tk.took THEN tk.failure_class END,
+                   CASE WHEN tk.took IS NOT NULL AND n.rn <= tk.took THEN tk.stall_ms END,
+                   NULL::bigint, false
+            FROM numbered n
+            LEFT JOIN taken tk ON tk.tenant = n.tenant AND tk.queue = n.queue
+            ORDER BY n.tenant, n.queue, n.partition, n.deliver_at, n.timer_key;
+            GET DIAGNOSTICS v_rows = ROW_COUNT;
+        END IF;
     END IF;
 
     IF v_rows < p_batch THEN
