@@ -1,4 +1,4 @@
-"""KV: every op of POST /api/v1/kv, preconditions, versions, limits and error codes (PROTOCOL §4),
+"""KV: every op of POST /api/v1/kv, preconditions, versions, limits and error codes (docs/protocol.md §4),
 against the shared broker."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Metering: usage per tenant per period, per operation and never per call (seeds/timer-routes.md
-"Metering"): a pushed message 1, a schedule 1, a reschedule 1, a cancel 0 (no refund), a fire 0, KV ops 1
+"""Metering: usage per tenant per period, per operation and never per call (docs/timer-routes.md
+§13 "Metering", docs/decisions.md §5): a pushed message 1, a schedule 1, a reschedule 1, a cancel 0 (no refund), a fire 0, KV ops 1
 each; nothing for a rolled-back call. One dedicated broker with auth on, so each test owns a tenant."""
 
 from __future__ import annotations

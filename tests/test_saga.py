@@ -1,4 +1,4 @@
-"""The saga of seeds/timer-routes.md, end to end with the official client against the shared broker.
+"""The saga of docs/timer-routes.md §10, end to end with the official client against the shared broker.
 
 A saga opens by writing its state to KV and scheduling a compensation timer in ONE transaction. The
 closing bundle writes the final state (fenced by the version it read) and cancels the compensation

@@ -1,4 +1,4 @@
-"""No leader (issue 5): the sweepers of both workers of one ``queen serve`` claim and fire at the same
+"""No leader (docs/decisions.md §3): the sweepers of both workers of one ``queen serve`` claim and fire at the same
 time, each partition stays in deliverAt order, and every worker's own fired count shows in
 ``queen_sweeper_fired{pid=...}``."""
 

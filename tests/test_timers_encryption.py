@@ -1,4 +1,4 @@
-"""Encryption happens at schedule (seeds/timer-routes.md): a timer bound for a queue that encrypts at rest
+"""Encryption happens at schedule (docs/timer-routes.md §7): a timer bound for a queue that encrypts at rest
 is stored encrypted from the moment it is scheduled; peek shows the ciphertext and never decrypts;
 switching encryption on later delivers earlier timers in clear; a key removed between schedule and fire
 makes that frame undecryptable (and the pop says so instead of failing)."""

@@ -1,5 +1,5 @@
 """The timer routes through HTTP, against the shared broker: one test per contract of
-seeds/timer-routes.md and PROTOCOL §3 that needs no dedicated settings."""
+docs/timer-routes.md and docs/protocol.md §3 that needs no dedicated settings."""
 
 from __future__ import annotations
 
