@@ -7,6 +7,7 @@
 - ``authed(url, secret, tenant, ...)``: an ``httpx.Client`` carrying an HS256 token.
 - ``dedicated_broker(...)``: a module's own ``queen serve`` with its settings, as a context manager.
 - ``timer_op(...)``, ``push_op(...)``, ``ack_op(...)``, ``kv_put(...)``: request fragments.
+- ``refused(r, status, code, reason)``: assert an error envelope.
 - ``wait_for(pred)``: poll until something truthy comes back (sync); ``await_delivered(client, ...)``:
   the same for a ``queen-mq`` client waiting on a timer's message.
 - ``db_fetch(dsn, sql, *args)``: one query on a database, from sync test code.
@@ -98,6 +99,19 @@ def dedicated_broker(pg: Any, tmp_path_factory: Any, name: str, env: dict[str, s
         yield b
     finally:
         b.stop()
+
+
+# ---------------------------------------------------------------------------------------- refusals
+
+
+def refused(r: httpx.Response, status: int, code: str, reason: str | None = None) -> dict:
+    """Assert ``r`` is the error envelope with this status, ``error`` code and (when given) ``reason``."""
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert body["error"] == code, body
+    if reason is not None:
+        assert body["reason"] == reason, body
+    return body
 
 
 # -------------------------------------------------------------------------------- request fragments
@@ -216,6 +230,12 @@ class Api:
     def transaction(self, body: dict) -> httpx.Response:
         return self.http.post("/api/v1/transaction", json=body)
 
+    def tx(self, body: dict, status: int = 200) -> dict:
+        """The transaction's answer body; asserts ``status``."""
+        r = self.transaction(body)
+        assert r.status_code == status, r.text
+        return r.json()
+
     # -- timers
     def timers(self, *ops: dict) -> httpx.Response:
         return self.http.post("/api/v1/timers", json={"operations": list(ops)})
@@ -243,7 +263,16 @@ class Api:
     def kv(self, *ops: dict) -> httpx.Response:
         return self.http.post("/api/v1/kv", json={"operations": list(ops)})
 
-    def kv_results(self, *ops: dict) -> list[dict]:
+    def kv_body(self, *ops: dict, status: int = 200) -> dict:
         r = self.kv(*ops)
-        assert r.status_code == 200, r.text
-        return r.json()["results"]
+        assert r.status_code == status, r.text
+        return r.json()
+
+    def kv_results(self, *ops: dict) -> list[dict]:
+        return self.kv_body(*ops)["results"]
+
+    def kv_one(self, op: dict) -> dict:
+        """The one result of a one-op call; asserts 200 and that there is exactly one."""
+        results = self.kv_results(op)
+        assert len(results) == 1
+        return results[0]
