@@ -4,7 +4,7 @@
   the ``httpx.Response`` untouched, so a test asserts what it means to (``api.timers(op).status_code``);
   the few that return a body (``push``, ``pop``, ``messages``, ``ack``, ``ack_all``, ``kv_results``,
   ``timer_results``, ``lookup``) first assert the status every caller expects of them.
-- ``authed(url, secret, tenant, ...)``: an ``httpx.Client`` carrying an HS256 token.
+- ``authed(secret, broker, tenant, sub, grants)``: an ``Api`` whose client carries an HS256 token.
 - ``dedicated_broker(...)``: a module's own ``queen serve`` with its settings, as a context manager.
 - ``timer_op(...)``, ``push_op(...)``, ``ack_op(...)``, ``kv_put(...)``: request fragments.
 - ``refused(r, status, code, reason)``: assert an error envelope.
@@ -83,10 +83,12 @@ def db_fetch(dsn: str, sql: str, *args: Any) -> list[asyncpg.Record]:
 # ------------------------------------------------------------------------------- brokers and clients
 
 
-def authed(url: str, secret: str, tenant: str, sub: str = "svc", grants: Sequence[str] = ("produce", "consume")) -> httpx.Client:
-    """An HTTP client whose requests carry an HS256 token for ``tenant``/``sub`` with ``grants``."""
+def authed(secret: str, broker: LocalBroker, tenant: str, sub: str = "svc",
+           grants: Sequence[str] = ("produce", "consume")) -> Api:
+    """An ``Api`` on ``broker`` whose requests carry an HS256 token (signed with ``secret``) for
+    ``tenant``/``sub`` with ``grants``."""
     token = mint(tenant=tenant, sub=sub, grants=list(grants), secret=secret)
-    return httpx.Client(base_url=url, timeout=30, headers={"Authorization": f"Bearer {token}"})
+    return Api(httpx.Client(base_url=broker.url, timeout=30, headers={"Authorization": f"Bearer {token}"}))
 
 
 @contextmanager
@@ -152,10 +154,20 @@ def kv_put(ns: str, key: str, value: Any, **kw: Any) -> dict:
 
 
 class Api:
-    """The broker's routes over one ``httpx.Client`` (its base URL and credentials)."""
+    """The broker's routes over one ``httpx.Client`` (its base URL and credentials). Anything else is
+    the client's own (``api.get(...)``, ``api.post(...)``), and ``with Api(...) as api:`` closes it."""
 
     def __init__(self, http: httpx.Client) -> None:
         self.http = http
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.http, name)
+
+    def __enter__(self) -> Api:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.http.close()
 
     # -- message log
     def configure(self, queue: str, **options: Any) -> httpx.Response:
@@ -173,6 +185,11 @@ class Api:
         r = self.push_items(items)
         assert r.status_code == 201, r.text
         return r.json()
+
+    def push_n(self, queue: str, n: int = 1, partition: str = "p") -> httpx.Response:
+        """Push ``n`` distinct messages (payload ``{"i": i}``, fresh transaction ids); the raw response."""
+        return self.push_items([{"queue": queue, "partition": partition, "payload": {"i": i}, "transactionId": uuid.uuid4().hex}
+                                for i in range(n)])
 
     def push_each(self, queue: str, items: list[dict]) -> list[dict]:
         """Push ``items`` (each completed with ``"queue": queue``); asserts 201."""
