@@ -10,7 +10,7 @@
 - ``refused(r, status, code, reason)``: assert an error envelope.
 - ``wait_for(pred)``: poll until something truthy comes back (sync); ``await_delivered(client, ...)``:
   the same for a ``queen-mq`` client waiting on a timer's message.
-- ``db_fetch(dsn, sql, *args)``: one query on a database, from sync test code.
+- ``db_fetch(dsn, sql, *args)``: one query on a database, from sync test code; ``frames(dsn, txn)``.
 """
 
 from __future__ import annotations
@@ -78,6 +78,11 @@ def db_fetch(dsn: str, sql: str, *args: Any) -> list[asyncpg.Record]:
             await conn.close()
 
     return run_sync(go())
+
+
+def frames(dsn: str, txn: str) -> list[asyncpg.Record]:
+    """The log rows (id, created_at) carrying transaction id ``txn``: how many times a timer fired."""
+    return db_fetch(dsn, "SELECT id, created_at FROM queen_messages WHERE txn = $1", txn)
 
 
 # ------------------------------------------------------------------------------- brokers and clients
