@@ -225,6 +225,12 @@ class Api:
             got += self.messages(queue, wait="true", timeout="1000", batch=str(batch or n))
         return got
 
+    def delivered(self, queue: str, timeout: float = 10.0) -> list[dict]:
+        """The messages of the first non-empty long-poll answer (up to 200); fails if none come."""
+        msgs = self.pop_until(queue, 1, timeout, batch=200)
+        assert msgs, f"nothing delivered to {queue} within {timeout}s"
+        return msgs
+
     def ack(self, m: dict, status: str = "completed", error: str | None = None, **extra: Any) -> list[dict]:
         body = {"transactionId": m["transactionId"], "partitionId": m["partitionId"], "status": status, "error": error,
                 "consumerGroup": None, "leaseId": m["leaseId"], **extra}

@@ -4,11 +4,11 @@
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 
 import pytest
 from conftest import uniq
+from helpers import await_delivered
 from queen import Queen
 from queen.errors import TimerError
 
@@ -17,17 +17,6 @@ from queen.errors import TimerError
 async def client(broker):
     async with Queen(broker.url) as q:
         yield q
-
-
-async def wait_found(client: Queen, queue: str, txn: str, timeout: float = 10.0) -> None:
-    http = client._http_client  # the client has no lookup API; ask the broker's lookup route directly
-    deadline = asyncio.get_running_loop().time() + timeout
-    while asyncio.get_running_loop().time() < deadline:
-        body = await http.get(f"/api/v1/messages/lookup?queue={queue}&txn={txn}")
-        if body and body.get("found"):
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{txn} not delivered")
 
 
 async def test_schedule_reschedule_peek_cancel(client):
@@ -50,7 +39,7 @@ async def test_fluent_builder_and_delivery(client):
     q = uniq("cli")
     res = await client.timer(q).key("tenant/42").payload({"hello": "world"}).after_ms(0).txn("fluent-1").schedule()
     assert res["ok"] and res["timerKey"] == "tenant/42"
-    await wait_found(client, q, "fluent-1")
+    await await_delivered(client, q, "fluent-1")
     msgs = await client.queue(q).batch(1).wait(True).pop()
     assert [m["data"] for m in msgs] == [{"hello": "world"}]
     assert msgs[0]["id"] == res["messageId"]

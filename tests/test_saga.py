@@ -10,10 +10,9 @@ compensates only under a fence on that state, in the same transaction as its ack
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 from conftest import uniq
+from helpers import await_delivered
 from queen import Queen
 
 
@@ -73,17 +72,6 @@ class Saga:
         return [m["data"] for m in await self.client.queue(self.inventory_q).batch(10).wait(False).pop()]
 
 
-async def wait_delivered(client: Queen, queue: str, txn: str, timeout: float = 10.0) -> None:
-    http = client._http_client  # no client API for a lookup; the broker's lookup route
-    deadline = asyncio.get_running_loop().time() + timeout
-    while asyncio.get_running_loop().time() < deadline:
-        body = await http.get(f"/api/v1/messages/lookup?queue={queue}&txn={txn}")
-        if body and body.get("found"):
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"compensation {txn} was not delivered")
-
-
 async def test_closing_bundle_cancels_the_compensation_with_the_state_write(client):
     saga = Saga(client)
     v = await saga.open("order-1", compensate_after_ms=60_000)
@@ -100,7 +88,7 @@ async def test_timer_fired_5ms_before_the_cancel(client):
     saga = Saga(client)
     v = await saga.open("order-2", compensate_after_ms=0)
     # the compensation fires before the closing bundle gets there
-    await wait_delivered(client, saga.comp_q, "comp-order-2")
+    await await_delivered(client, saga.comp_q, "comp-order-2", interval=0.02, what="compensation comp-order-2 was not delivered")
     res = await saga.close("order-2", v)
     # the bundle succeeds: the state is written, and the cancel answers absent, which is NOT a success
     assert res and res["success"] is True
@@ -118,7 +106,7 @@ async def test_timer_fired_5ms_before_the_cancel(client):
 async def test_compensation_first_fences_out_the_closing_bundle(client):
     saga = Saga(client)
     v = await saga.open("order-3", compensate_after_ms=0)
-    await wait_delivered(client, saga.comp_q, "comp-order-3")
+    await await_delivered(client, saga.comp_q, "comp-order-3", interval=0.02, what="compensation comp-order-3 was not delivered")
     assert await saga.compensation_consumer() == ["compensated"]
     assert await saga.released() == [{"release": "order-3"}]
     # the late closing bundle loses its fence: the whole bundle is rolled back and returned, not raised

@@ -3,15 +3,13 @@ the bundle's pushes and acks, results of ``"type": "timer"`` in the flat index s
 
 from __future__ import annotations
 
-import base64
 import time
+from functools import partial
 
 from conftest import uniq
+from helpers import timer_op
 
-
-def sched(queue: str, key: str, *, delay: int = 60_000, txn: str | None = None) -> dict:
-    return {"op": "schedule", "queue": queue, "timerKey": key, "payload": base64.b64encode(b'{"r": 1}').decode(),
-            "delayMs": delay, "txn": txn or uniq("txn")}
+sched = partial(timer_op, payload=b'{"r": 1}')
 
 
 def test_rider_results_follow_the_flat_ops(http):
