@@ -9,7 +9,8 @@
   Tests that share it use their own queue names (``uniq()``).
 - ``start_broker(env=..., workers=...)``: a dedicated broker with its own settings and database,
   stopped at the end of the test.
-- ``http`` / ``ahttp``: an httpx client on the shared broker; ``api``: ``helpers.Api`` over ``http``
+- ``http`` / ``ahttp``: an httpx client on the shared broker; ``api``: ``helpers.Api`` over ``http``;
+  ``queen_client``: the official ``queen-mq`` client on it
   (tests/helpers.py holds every request helper the tests share).
 """
 
@@ -174,6 +175,15 @@ def api(http: httpx.Client) -> Any:
     from helpers import Api
 
     return Api(http)
+
+
+@pytest.fixture
+async def queen_client(broker: LocalBroker):  # type: ignore[no-untyped-def]
+    """The official ``queen-mq`` client connected to the shared broker."""
+    from queen import Queen
+
+    async with Queen(broker.url) as q:
+        yield q
 
 
 @pytest.fixture

@@ -6,8 +6,13 @@ from __future__ import annotations
 
 import uuid
 
-import asyncpg
-from conftest import run_sync, uniq
+from conftest import uniq
+from helpers import db_fetch
+
+# A dead letter the sweeper files for a timer that kept failing (consumer group __timers__, synthetic).
+SYNTHETIC_DLQ_ROW = ("INSERT INTO queen_dlq (tenant, id, queue, partition, consumer_group, synthetic, message_id, txn,"
+                     " payload, error, retry_count) VALUES ('default', $1, $2, 'Default', '__timers__', true, $3, $4,"
+                     " $5, $6, 5)")
 
 
 def test_single_ack_answers_one_element_array(http, api):
@@ -114,29 +119,9 @@ def test_replay_requeues_a_new_message_and_refuses_synthetic_rows(http, broker, 
 
     synthetic_id = uuid.uuid4()
 
-    async def insert():
-        conn = await asyncpg.connect(broker.dsn)
-        try:
-            await conn.execute(
-                "INSERT INTO queen_dlq (tenant, id, queue, partition, consumer_group, synthetic, message_id, txn, payload,"
-                " error, retry_count) VALUES ('default', $1, $2, 'Default', '__timers__', true, $3, 'timer-txn',"
-                " '\"x\"'::bytea, 'fire failed', 5)", synthetic_id, q, uuid.uuid4())
-        finally:
-            await conn.close()
+    db_fetch(broker.dsn, SYNTHETIC_DLQ_ROW, synthetic_id, q, uuid.uuid4(), "timer-txn", b'"x"', "fire failed")
 
-    run_sync(insert())
-
-    async def insert_not_json():
-        conn = await asyncpg.connect(broker.dsn)
-        try:
-            await conn.execute(
-                "INSERT INTO queen_dlq (tenant, id, queue, partition, consumer_group, synthetic, message_id, txn, payload,"
-                " error, retry_count) VALUES ('default', $1, $2, 'Default', '__timers__', true, $3, 'timer-raw',"
-                " '\\xff00fe'::bytea, 'payload is not JSON', 5)", uuid.uuid4(), q, uuid.uuid4())
-        finally:
-            await conn.close()
-
-    run_sync(insert_not_json())
+    db_fetch(broker.dsn, SYNTHETIC_DLQ_ROW, uuid.uuid4(), q, uuid.uuid4(), "timer-raw", b"\xff\x00\xfe", "payload is not JSON")
     rows = {d["transactionId"]: d for d in http.get("/api/v1/dlq", params={"queue": q}).json()["messages"]}
     assert rows["timer-txn"]["data"] == "x"
     assert rows["timer-raw"]["data"] is None and rows["timer-raw"]["payloadBase64"] == "/wD+"

@@ -21,6 +21,14 @@ async def connect(pg):
     return await asyncpg.connect(pg.new_db())
 
 
+@pytest.fixture
+async def conn(pg):
+    """A connection to a fresh database of this test's own."""
+    c = await connect(pg)
+    yield c
+    await c.close()
+
+
 async def configure(conn, queue, **options):
     await conn.execute("INSERT INTO queen_tenants (tenant) VALUES ($1) ON CONFLICT DO NOTHING", T)
     await conn.execute("INSERT INTO queen_queues (tenant, name, options) VALUES ($1, $2, $3::jsonb)",
@@ -75,94 +83,78 @@ async def storage(conn):
     return await conn.fetchval("SELECT coalesce(sum(storage_bytes), 0) FROM queen_usage_gauges WHERE tenant = $1", T)
 
 
-async def test_retention_deletes_old_messages_consumed_or_not_and_gives_bytes_back(pg):
-    conn = await connect(pg)
-    try:
-        await configure(conn, "q", retentionSeconds=60)
-        await configure(conn, "keep")  # no option: never pruned
-        await push(conn, "q", 10)
-        await push(conn, "keep", 3)
-        await age(conn, "q", list(range(1, 7)), 120)
-        await age(conn, "keep", [1, 2, 3], 10_000)
-        before = await storage(conn)
-        assert await prune(conn) == 6
-        assert await seqs_left(conn, "q") == [7, 8, 9, 10]
-        assert await seqs_left(conn, "keep") == [1, 2, 3]
-        assert before - await storage(conn) == 6 * len(b'{"x":1}')
-        assert await prune(conn) == 0  # the young ones stay
-        # A group that never read anything starts at the log start and its acks make a contiguous run.
-        got = await pop(conn, "q", "g")
-        assert [m["seq"] for m in got] == [7, 8, 9, 10]
-        assert all(r["success"] for r in await ack(conn, got, "g"))
-        c = await cursor(conn, "q", "g")
-        assert c["acked_seq"] == 10 and c["lease_id"] is None
-        counts = await conn.fetchrow(
-            "SELECT sum(p.next_seq - 1 - coalesce(f.floor_seq, 0)) AS n FROM queen_partitions p "
-            "LEFT JOIN queen_log_floor f ON f.tenant = p.tenant AND f.partition_id = p.id "
-            "WHERE p.tenant = $1 AND p.queue = 'q'", T)
-        assert counts["n"] == 4
-    finally:
-        await conn.close()
+async def test_retention_deletes_old_messages_consumed_or_not_and_gives_bytes_back(conn):
+    await configure(conn, "q", retentionSeconds=60)
+    await configure(conn, "keep")  # no option: never pruned
+    await push(conn, "q", 10)
+    await push(conn, "keep", 3)
+    await age(conn, "q", list(range(1, 7)), 120)
+    await age(conn, "keep", [1, 2, 3], 10_000)
+    before = await storage(conn)
+    assert await prune(conn) == 6
+    assert await seqs_left(conn, "q") == [7, 8, 9, 10]
+    assert await seqs_left(conn, "keep") == [1, 2, 3]
+    assert before - await storage(conn) == 6 * len(b'{"x":1}')
+    assert await prune(conn) == 0  # the young ones stay
+    # A group that never read anything starts at the log start and its acks make a contiguous run.
+    got = await pop(conn, "q", "g")
+    assert [m["seq"] for m in got] == [7, 8, 9, 10]
+    assert all(r["success"] for r in await ack(conn, got, "g"))
+    c = await cursor(conn, "q", "g")
+    assert c["acked_seq"] == 10 and c["lease_id"] is None
+    counts = await conn.fetchrow(
+        "SELECT sum(p.next_seq - 1 - coalesce(f.floor_seq, 0)) AS n FROM queen_partitions p "
+        "LEFT JOIN queen_log_floor f ON f.tenant = p.tenant AND f.partition_id = p.id "
+        "WHERE p.tenant = $1 AND p.queue = 'q'", T)
+    assert counts["n"] == 4
 
 
-async def test_only_the_head_of_a_partition_is_deleted(pg):
-    conn = await connect(pg)
-    try:
-        await configure(conn, "q", retentionSeconds=60)
-        await push(conn, "q", 6)
-        await age(conn, "q", [1, 2, 4, 5], 120)  # 3 is young: it stops the run, so 4 and 5 stay too
-        assert await prune(conn) == 2
-        assert await seqs_left(conn, "q") == [3, 4, 5, 6]
-        await age(conn, "q", [3], 120)
-        assert await prune(conn) == 3
-        assert await seqs_left(conn, "q") == [6]
-    finally:
-        await conn.close()
+async def test_only_the_head_of_a_partition_is_deleted(conn):
+    await configure(conn, "q", retentionSeconds=60)
+    await push(conn, "q", 6)
+    await age(conn, "q", [1, 2, 4, 5], 120)  # 3 is young: it stops the run, so 4 and 5 stay too
+    assert await prune(conn) == 2
+    assert await seqs_left(conn, "q") == [3, 4, 5, 6]
+    await age(conn, "q", [3], 120)
+    assert await prune(conn) == 3
+    assert await seqs_left(conn, "q") == [6]
 
 
-async def test_completed_retention_waits_for_every_group(pg):
-    conn = await connect(pg)
-    try:
-        await configure(conn, "q", completedRetentionSeconds=60)
-        await push(conn, "q", 8)
-        await age(conn, "q", list(range(1, 9)), 120)
-        assert await prune(conn) == 0  # no group has consumed anything
-        a = await pop(conn, "q", "a", batch=8)
-        await ack(conn, a, "a")
-        b = await pop(conn, "q", "b", batch=3)
-        assert await prune(conn) == 0  # b holds 1..3 under a lease: not done
-        await ack(conn, b, "b")
-        assert await prune(conn) == 3  # done by a (1..8) and by b (1..3)
-        assert await seqs_left(conn, "q") == [4, 5, 6, 7, 8]
-        # a third group that joins now reads from the log start
-        c = await pop(conn, "q", "c", batch=10, auto_ack=True)
-        assert [m["seq"] for m in c] == [4, 5, 6, 7, 8]
-        b2 = await pop(conn, "q", "b", batch=10, auto_ack=True)
-        assert [m["seq"] for m in b2] == [4, 5, 6, 7, 8]
-        assert await prune(conn) == 5
-        await push(conn, "q", 2)  # young and unread: stays
-        assert await prune(conn) == 0 and await seqs_left(conn, "q") == [9, 10]
-    finally:
-        await conn.close()
+async def test_completed_retention_waits_for_every_group(conn):
+    await configure(conn, "q", completedRetentionSeconds=60)
+    await push(conn, "q", 8)
+    await age(conn, "q", list(range(1, 9)), 120)
+    assert await prune(conn) == 0  # no group has consumed anything
+    a = await pop(conn, "q", "a", batch=8)
+    await ack(conn, a, "a")
+    b = await pop(conn, "q", "b", batch=3)
+    assert await prune(conn) == 0  # b holds 1..3 under a lease: not done
+    await ack(conn, b, "b")
+    assert await prune(conn) == 3  # done by a (1..8) and by b (1..3)
+    assert await seqs_left(conn, "q") == [4, 5, 6, 7, 8]
+    # a third group that joins now reads from the log start
+    c = await pop(conn, "q", "c", batch=10, auto_ack=True)
+    assert [m["seq"] for m in c] == [4, 5, 6, 7, 8]
+    b2 = await pop(conn, "q", "b", batch=10, auto_ack=True)
+    assert [m["seq"] for m in b2] == [4, 5, 6, 7, 8]
+    assert await prune(conn) == 5
+    await push(conn, "q", 2)  # young and unread: stays
+    assert await prune(conn) == 0 and await seqs_left(conn, "q") == [9, 10]
 
 
-async def test_a_lease_over_pruned_messages_still_acks_what_is_left(pg):
-    conn = await connect(pg)
-    try:
-        await configure(conn, "q", retentionSeconds=60)
-        await push(conn, "q", 5)
-        got = await pop(conn, "q", "g", batch=5)
-        await age(conn, "q", [1, 2, 3], 120)
-        assert await prune(conn) == 3
-        c = await cursor(conn, "q", "g")
-        assert c["acked_seq"] == 3 and c["lease_id"] == got[0]["lease_id"]  # moved to the floor, lease kept
-        res = await ack(conn, got, "g")
-        assert [r["success"] for r in res] == [False, False, False, True, True]
-        assert res[0]["error"] == "Message not found"
-        c = await cursor(conn, "q", "g")
-        assert c["acked_seq"] == 5 and c["lease_id"] is None
-    finally:
-        await conn.close()
+async def test_a_lease_over_pruned_messages_still_acks_what_is_left(conn):
+    await configure(conn, "q", retentionSeconds=60)
+    await push(conn, "q", 5)
+    got = await pop(conn, "q", "g", batch=5)
+    await age(conn, "q", [1, 2, 3], 120)
+    assert await prune(conn) == 3
+    c = await cursor(conn, "q", "g")
+    assert c["acked_seq"] == 3 and c["lease_id"] == got[0]["lease_id"]  # moved to the floor, lease kept
+    res = await ack(conn, got, "g")
+    assert [r["success"] for r in res] == [False, False, False, True, True]
+    assert res[0]["error"] == "Message not found"
+    c = await cursor(conn, "q", "g")
+    assert c["acked_seq"] == 5 and c["lease_id"] is None
 
 
 async def test_a_cursor_the_pruner_could_not_lock_applies_the_floor_at_its_next_advance(pg):
@@ -213,15 +205,11 @@ async def test_batches_are_bounded_and_one_pruner_per_queue(pg):
         await conn.close()
 
 
-async def test_zero_means_keep_for_ever(pg):
-    conn = await connect(pg)
-    try:
-        await configure(conn, "q", retentionSeconds=0, completedRetentionSeconds=0)
-        await push(conn, "q", 3)
-        await age(conn, "q", [1, 2, 3], 10**6)
-        assert await prune(conn) == 0
-    finally:
-        await conn.close()
+async def test_zero_means_keep_for_ever(conn):
+    await configure(conn, "q", retentionSeconds=0, completedRetentionSeconds=0)
+    await push(conn, "q", 3)
+    await age(conn, "q", [1, 2, 3], 10**6)
+    assert await prune(conn) == 0
 
 
 @pytest.mark.timeout(60)
