@@ -17,14 +17,23 @@ from conftest import run_sync, uniq
 T = "ret-tenant"
 
 
-async def connect(pg):
-    return await asyncpg.connect(pg.new_db())
+@pytest.fixture
+def dsn(pg):
+    """A fresh database of this test's own."""
+    return pg.new_db()
 
 
 @pytest.fixture
-async def conn(pg):
-    """A connection to a fresh database of this test's own."""
-    c = await connect(pg)
+async def conn(dsn):
+    c = await asyncpg.connect(dsn)
+    yield c
+    await c.close()
+
+
+@pytest.fixture
+async def other(dsn):
+    """A second session on the same database (a concurrent pop or pruner)."""
+    c = await asyncpg.connect(dsn)
     yield c
     await c.close()
 
@@ -157,52 +166,38 @@ async def test_a_lease_over_pruned_messages_still_acks_what_is_left(conn):
     assert c["acked_seq"] == 5 and c["lease_id"] is None
 
 
-async def test_a_cursor_the_pruner_could_not_lock_applies_the_floor_at_its_next_advance(pg):
-    dsn = pg.new_db()
-    conn = await asyncpg.connect(dsn)
-    other = await asyncpg.connect(dsn)
-    try:
-        await configure(conn, "q", retentionSeconds=60)
-        await push(conn, "q", 4)
-        await pop(conn, "q", "g", batch=1, auto_ack=True)  # cursor at 1
-        await age(conn, "q", [1, 2, 3], 120)
-        tr = other.transaction()
-        await tr.start()
-        await other.execute("SELECT 1 FROM queen_cursors WHERE tenant = $1 FOR UPDATE", T)  # a pop in flight
-        assert await prune(conn) == 3
-        assert (await cursor(conn, "q", "g"))["acked_seq"] == 1  # skipped, not waited for
-        await tr.rollback()
-        got = await pop(conn, "q", "g", batch=10)
-        assert [m["seq"] for m in got] == [4]
-        await ack(conn, got, "g")
-        assert (await cursor(conn, "q", "g"))["acked_seq"] == 4
-    finally:
-        await other.close()
-        await conn.close()
+async def test_a_cursor_the_pruner_could_not_lock_applies_the_floor_at_its_next_advance(conn, other):
+    await configure(conn, "q", retentionSeconds=60)
+    await push(conn, "q", 4)
+    await pop(conn, "q", "g", batch=1, auto_ack=True)  # cursor at 1
+    await age(conn, "q", [1, 2, 3], 120)
+    tr = other.transaction()
+    await tr.start()
+    await other.execute("SELECT 1 FROM queen_cursors WHERE tenant = $1 FOR UPDATE", T)  # a pop in flight
+    assert await prune(conn) == 3
+    assert (await cursor(conn, "q", "g"))["acked_seq"] == 1  # skipped, not waited for
+    await tr.rollback()
+    got = await pop(conn, "q", "g", batch=10)
+    assert [m["seq"] for m in got] == [4]
+    await ack(conn, got, "g")
+    assert (await cursor(conn, "q", "g"))["acked_seq"] == 4
 
 
-async def test_batches_are_bounded_and_one_pruner_per_queue(pg):
-    dsn = pg.new_db()
-    conn = await asyncpg.connect(dsn)
-    other = await asyncpg.connect(dsn)
-    try:
-        await configure(conn, "q", retentionSeconds=60)
-        for p in ("a", "b", "c"):
-            await push(conn, "q", 10, partition=p)
-            await age(conn, "q", list(range(1, 11)), 120, partition=p)
-        assert await prune(conn, limit=15) == 15
-        assert await prune(conn, limit=4) == 4
-        tr = other.transaction()
-        await tr.start()
-        assert sum(r["deleted"] for r in await other.fetch("SELECT * FROM queen_log_prune(5)")) == 5
-        assert await prune(conn, limit=100) == 0  # the queue is being pruned by the other session
-        await tr.commit()
-        assert await prune(conn, limit=100) == 6
-        assert [await seqs_left(conn, "q", p) for p in ("a", "b", "c")] == [[], [], []]
-        assert await prune(conn, limit=100) == 0
-    finally:
-        await other.close()
-        await conn.close()
+async def test_batches_are_bounded_and_one_pruner_per_queue(conn, other):
+    await configure(conn, "q", retentionSeconds=60)
+    for p in ("a", "b", "c"):
+        await push(conn, "q", 10, partition=p)
+        await age(conn, "q", list(range(1, 11)), 120, partition=p)
+    assert await prune(conn, limit=15) == 15
+    assert await prune(conn, limit=4) == 4
+    tr = other.transaction()
+    await tr.start()
+    assert sum(r["deleted"] for r in await other.fetch("SELECT * FROM queen_log_prune(5)")) == 5
+    assert await prune(conn, limit=100) == 0  # the queue is being pruned by the other session
+    await tr.commit()
+    assert await prune(conn, limit=100) == 6
+    assert [await seqs_left(conn, "q", p) for p in ("a", "b", "c")] == [[], [], []]
+    assert await prune(conn, limit=100) == 0
 
 
 async def test_zero_means_keep_for_ever(conn):
