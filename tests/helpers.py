@@ -183,11 +183,9 @@ class Api:
     def push_items(self, items: list[dict]) -> httpx.Response:
         return self.http.post("/api/v1/push", json={"items": items})
 
-    def push(self, queue: str, payloads: Sequence[Any], partition: str | None = "Default") -> list[dict]:
-        """Push one item per payload (``partition=None`` leaves it to the broker); asserts 201."""
-        items = [{"queue": queue, "payload": p} if partition is None else {"queue": queue, "partition": partition, "payload": p}
-                 for p in payloads]
-        r = self.push_items(items)
+    def push(self, queue: str, payloads: Sequence[Any], partition: str = "Default") -> list[dict]:
+        """Push one item per payload; asserts 201."""
+        r = self.push_items([{"queue": queue, "partition": partition, "payload": p} for p in payloads])
         assert r.status_code == 201, r.text
         return r.json()
 
