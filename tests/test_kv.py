@@ -14,7 +14,7 @@ def err(http, ops, status, reason, code="kv_bad_request"):
     return refused(http.post("/api/v1/kv", json={"operations": ops} if isinstance(ops, list) else ops), status, code, reason)
 
 
-def test_put_get_versions_and_index_alignment(http, api):
+def test_put_get_versions_and_index_alignment(api):
     ns = uniq("kv")
     res = api.kv_body(
         kv_put(ns, "a", {"n": 1}),
@@ -42,7 +42,7 @@ def test_put_get_versions_and_index_alignment(http, api):
     assert again["version"] > v2
 
 
-def test_put_expect_semantics(http, api):
+def test_put_expect_semantics(api):
     ns = uniq("kv")
     v = api.kv_one(kv_put(ns, "k", 1))["version"]
     lost = api.kv_one(kv_put(ns, "k", 2, expect=0))
@@ -87,7 +87,7 @@ def test_put_if_absent_concurrent_callers_one_wins(http):
     assert outcomes.count(True) == 1
 
 
-def test_delete_semantics(http, api):
+def test_delete_semantics(api):
     ns = uniq("kv")
     missing = api.kv_one({"op": "delete", "ns": ns, "key": "nope"})
     assert missing == {"index": 0, "op": "delete", "applied": False, "reason": "absent", "key": "nope", "value": None, "version": 0}
@@ -144,7 +144,7 @@ def test_check(http, api):
     err(http, [{"op": "check", "ns": ns, "key": "k"}], 400, "kv_bad_expect")
 
 
-def test_required_loss_rolls_back_the_whole_call(http, api):
+def test_required_loss_rolls_back_the_whole_call(api):
     ns = uniq("kv")
     v = api.kv_one(kv_put(ns, "lock", 1))["version"]
     body = api.kv_body(
@@ -164,7 +164,7 @@ def test_required_loss_rolls_back_the_whole_call(http, api):
     assert lost["failedIndex"] == 1 and lost["kvReason"] == "exists" and lost["value"] == 1
 
 
-def test_get_many(http, api):
+def test_get_many(api):
     ns = uniq("kv")
     api.kv_body(kv_put(ns, "a", 1), kv_put(ns, "b", 2))
     r = api.kv_one({"op": "getMany", "ns": ns, "keys": ["b", "nope", "a", "b"]})
@@ -173,7 +173,7 @@ def test_get_many(http, api):
     assert set(r["rows"][0]) == {"key", "value", "version", "expiresAt", "updatedAt"}
 
 
-def test_get_many_read_budget_truncates(http, api):
+def test_get_many_read_budget_truncates(api):
     ns = uniq("kv")
     big = "x" * 60_000
     for batch in range(3):
@@ -206,7 +206,7 @@ def test_get_prefix_paging_order_limit_and_keys_only(http, api):
     err(http, [{"op": "getPrefix", "ns": ns, "prefix": ""}], 400, "kv_prefix_required")
 
 
-def test_get_prefix_byte_order_and_unicode_bounds(http, api):
+def test_get_prefix_byte_order_and_unicode_bounds(api):
     ns = uniq("kv")
     keys = ["é1", "é2", "éz", "ê", "e", "Z"]
     api.kv_body(*[kv_put(ns, k, 1) for k in keys])
@@ -217,7 +217,7 @@ def test_get_prefix_byte_order_and_unicode_bounds(http, api):
     assert r["rows"] == []
 
 
-def test_expiry_never_returned_before_pruning(http, api):
+def test_expiry_never_returned_before_pruning(api):
     ns = uniq("kv")
     api.kv_body(kv_put(ns, "short", "v", ttlSeconds=1), kv_put(ns, "long", "v", ttlSeconds=60))
     assert api.kv_one({"op": "get", "ns": ns, "key": "short"})["found"] is True
@@ -231,7 +231,7 @@ def test_expiry_never_returned_before_pruning(http, api):
     assert api.kv_one({"op": "delete", "ns": ns, "key": "short"})["reason"] == "absent"
 
 
-def test_expired_row_replaced_by_expect_zero_and_incr_restarts(http, api):
+def test_expired_row_replaced_by_expect_zero_and_incr_restarts(api):
     ns = uniq("kv")
     api.kv_body(kv_put(ns, "k", "old", ttlSeconds=1), {"op": "incr", "ns": ns, "key": "c", "delta": 5, "ttlSeconds": 1})
     time.sleep(1.3)

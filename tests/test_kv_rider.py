@@ -29,7 +29,7 @@ def test_kv_rider_results_are_flat_and_typed(http, api):
     assert got["results"][0]["version"] == res[2]["version"]
 
 
-def test_kv_only_bundle(http, api):
+def test_kv_only_bundle(api):
     ns = uniq("tx")
     body = api.tx({"operations": [], "requiredLeases": [], "kv": [kv_put(ns, "k", 1)]})
     assert body["success"] is True and body["results"][0]["index"] == 0 and body["results"][0]["type"] == "kv"

@@ -15,7 +15,7 @@ SYNTHETIC_DLQ_ROW = ("INSERT INTO queen_dlq (tenant, id, queue, partition, consu
                      " $5, $6, 5)")
 
 
-def test_single_ack_answers_one_element_array(http, api):
+def test_single_ack_answers_one_element_array(api):
     q = uniq("ack")
     api.push(q, ["a", "b"])
     m = api.messages(q, batch=1)[0]
@@ -28,7 +28,7 @@ def test_single_ack_answers_one_element_array(http, api):
     assert api.ack(m)[0]["success"] is True
 
 
-def test_refusals_are_200_with_per_item_errors(http, api):
+def test_refusals_are_200_with_per_item_errors(api):
     q = uniq("refuse")
     api.push(q, ["a"])
     m = api.messages(q)[0]
@@ -55,7 +55,7 @@ def test_bad_ack_bodies_are_400(http):
     assert http.post("/api/v1/ack/batch", content=b"{", headers={"content-type": "application/json"}).status_code == 400
 
 
-def test_out_of_order_acks_move_the_cursor_only_over_done_messages(http, api):
+def test_out_of_order_acks_move_the_cursor_only_over_done_messages(api):
     q = uniq("ooo")
     api.push(q, [1, 2, 3, 4])
     msgs = api.messages(q, batch=3)

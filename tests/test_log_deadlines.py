@@ -53,7 +53,7 @@ def test_expired_with_auto_ack_and_for_each_group(http, api):
     assert sorted(d["consumerGroup"] for d in dlq) == ["__QUEUE_MODE__", "g2"]
 
 
-def test_a_deadline_in_the_future_is_delivered(http, api):
+def test_a_deadline_in_the_future_is_delivered(api):
     q = uniq("dl-ok")
     api.push_each(q, [{"payload": "on time", "deadlineMs": 60_000}])
     assert [m["data"] for m in api.messages(q)] == ["on time"]

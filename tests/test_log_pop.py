@@ -12,7 +12,7 @@ from conftest import uniq
 from loadtest import prom
 
 
-def test_pop_shape_fifo_and_batch(http, api):
+def test_pop_shape_fifo_and_batch(api):
     q = uniq("pop")
     api.push(q, [{"n": i} for i in range(5)])
     ans = api.pop(q, batch=3)
@@ -32,7 +32,7 @@ def test_pop_shape_fifo_and_batch(http, api):
     assert [m["data"]["n"] for m in rest] == [3, 4]
 
 
-def test_default_batch_and_unknown_params_ignored(http, api):
+def test_default_batch_and_unknown_params_ignored(api):
     q = uniq("defb")
     api.push(q, list(range(250)))
     ans = api.pop(q, autopilot="true", frames="true", somethingNew="1")
@@ -52,7 +52,7 @@ def test_pop_of_unknown_queue_is_204(http):
     assert http.get(f"/api/v1/pop/queue/{uniq('none')}?wait=false").status_code == 204
 
 
-def test_consumer_groups_each_see_every_message(http, api):
+def test_consumer_groups_each_see_every_message(api):
     q = uniq("groups")
     api.push(q, [1, 2, 3])
     a = api.pop(q, consumerGroup="a", batch=10)["messages"]
@@ -65,7 +65,7 @@ def test_consumer_groups_each_see_every_message(http, api):
     assert [m["data"] for m in api.pop(q, batch=10)["messages"]] == [1, 2, 3]
 
 
-def test_queue_mode_competing_consumers_take_different_partitions(http, api):
+def test_queue_mode_competing_consumers_take_different_partitions(api):
     q = uniq("compete")
     for p in ("p1", "p2", "p3"):
         api.push(q, [p + "-a", p + "-b"], partition=p)
@@ -96,7 +96,7 @@ def test_partition_route_pops_only_that_partition(http, api):
     assert [m["data"] for m in ans["messages"]] == ["y"]
 
 
-def test_subscription_mode_new_skips_history(http, api):
+def test_subscription_mode_new_skips_history(api):
     q = uniq("subnew")
     api.push(q, ["old"])
     assert api.pop(q, consumerGroup="late", subscriptionMode="new") is None
@@ -107,7 +107,7 @@ def test_subscription_mode_new_skips_history(http, api):
     assert [m["data"] for m in api.pop(q, consumerGroup="all-group", batch=5)["messages"]] == ["old", "fresh"]
 
 
-def test_auto_ack_commits_at_delivery(http, api):
+def test_auto_ack_commits_at_delivery(api):
     q = uniq("auto")
     api.push(q, [1, 2])
     ans = api.pop(q, autoAck="true", batch=1)

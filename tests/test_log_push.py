@@ -14,7 +14,7 @@ DEFAULTS = {"leaseTime": 300, "retryLimit": 3, "priority": 0, "delayedProcessing
             "retentionSeconds": 0, "completedRetentionSeconds": 0, "encryptionEnabled": False}
 
 
-def test_push_answers_201_one_object_per_item_in_order(http, api):
+def test_push_answers_201_one_object_per_item_in_order(api):
     q = uniq("push")
     r = api.push_items([{"queue": q, "partition": "p1", "payload": {"n": i}, "transactionId": f"t{i}"} for i in range(3)])
     assert r.status_code == 201
@@ -102,7 +102,7 @@ def test_garbage_push_is_400_with_envelope(http, body):
     assert set(env) >= {"error", "reason", "detail"}
 
 
-def test_empty_items_is_201_empty_array(http, api):
+def test_empty_items_is_201_empty_array(api):
     r = api.push_items([])
     assert r.status_code == 201 and r.json() == []
 
