@@ -1,9 +1,12 @@
 """What the tests say to the broker, written once.
 
-- ``Api(http)``: the broker's HTTP routes over an ``httpx.Client``. Methods named after a route return
-  the ``httpx.Response`` untouched, so a test asserts what it means to (``api.timers(op).status_code``);
-  the few that return a body (``push``, ``pop``, ``messages``, ``ack``, ``ack_all``, ``kv_results``,
-  ``timer_results``, ``lookup``) first assert the status every caller expects of them.
+- ``Api(http)``: the broker's HTTP routes over an ``httpx.Client``. The raw ones (``push_items``,
+  ``push_n``, ``pop_response``, ``transaction``, ``timers``, ``cancel``, ``peek``, ``list_timers``,
+  ``kv``) return the ``httpx.Response`` untouched, so a test asserts what it means to
+  (``api.timers(op).status_code``); the others (``configure``, ``push``, ``push_each``, ``pop``,
+  ``messages``, ``pop_until``, ``delivered``, ``ack``, ``ack_all``, ``lookup``, ``found``, ``tx``,
+  ``timer_results``, ``wait_fired``, ``kv_body``, ``kv_results``, ``kv_one``) first assert the status
+  every caller expects and return the body. Anything else goes to the ``httpx.Client``.
 - ``authed(secret, broker, tenant, sub, grants)``: an ``Api`` whose client carries an HS256 token.
 - ``dedicated_broker(...)``: a module's own ``queen serve`` with its settings, as a context manager.
 - ``timer_op(...)``, ``push_op(...)``, ``ack_op(...)``, ``kv_put(...)``: request fragments.
