@@ -98,17 +98,43 @@ def cmd_token(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-# Commands whose arguments belong to another module's parser (listed in `queen --help`).
+# Commands whose arguments belong to another module's parser (listed in `queen --help`). Each needs
+# the packages of one pyproject extra, which a plain `pip install queen-broker` does not bring.
 DELEGATES = (
     ("conformance", "conformance.runner", "run the conformance suite against a broker URL (or a local one)"),
     ("loadtest", "loadtest.runner", "run a Locust load scenario and write a report"),
     ("bench", "bench.runner", "run the pytest-benchmark benches"),
 )
 
+# command -> (extra, modules it imports that only that extra installs). The bench and the Locust
+# workers run in child processes, so a missing module would surface there as a child's traceback:
+# look before starting anything.
+EXTRAS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "conformance": ("conformance", ("pytest", "httpx")),
+    "loadtest": ("load", ("locust", "gevent", "matplotlib", "httpx")),
+    "bench": ("bench", ("pytest", "pytest_benchmark", "pytest_asyncio", "httpx", "psutil")),
+}
 
-def _delegate(module: str, argv: list[str]) -> int:
+
+def missing_extra(command: str) -> str | None:
+    """The one line to print when ``command`` lacks a package of its extra, else None."""
+    import importlib.util
+
+    extra, modules = EXTRAS[command]
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if not missing:
+        return None
+    return (f"queen {command}: needs the [{extra}] extra (missing: {', '.join(missing)}); "
+            f"install it with: pip install 'queen-broker[{extra}]'")
+
+
+def _delegate(name: str, module: str, argv: list[str]) -> int:
     import importlib
 
+    message = missing_extra(name)
+    if message:
+        print(message, file=sys.stderr)
+        return 2
     mod = importlib.import_module(module)
     return int(mod.main(argv) or 0)
 
@@ -144,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     tc.set_defaults(func=cmd_token)
 
     for name, _module, text in DELEGATES:
-        sub.add_parser(name, help=text, add_help=False)  # listed here; main() hands their arguments over
+        sub.add_parser(name, help=f"{text} (needs the [{EXTRAS[name][0]}] extra)", add_help=False)  # listed here; main() hands their arguments over
     return p
 
 
@@ -156,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     # `queen conformance --url ...` or `queen bench -k x` would be refused as unrecognized arguments.
     for name, module, _help in DELEGATES:
         if argv[:1] == [name]:
-            return _delegate(module, argv[1:])
+            return _delegate(name, module, argv[1:])
     args = build_parser().parse_args(argv)
     try:
         settings = Settings.from_env()

@@ -2,18 +2,18 @@
 
 Read it as a table. Each entry is ``C(id, source, sentence)``: ``source`` names the document and section
 the sentence comes from, ``sentence`` is the sentence itself (quoted from the timer spec, or stated in
-our own words for the wire facts of PROTOCOL.md and the issues). Ids never change meaning: a contract
+our own words for the wire facts of docs/protocol.md and the decisions of docs/decisions.md). Ids never change meaning: a contract
 that is dropped keeps its id retired, a new one gets a new id.
 
 Sources:
-  TR   = seeds/timer-routes.md (the timer spec), gone through sentence by sentence; the sentences that
+  TR   = docs/timer-routes.md (the timer spec), gone through sentence by sentence; the sentences that
          state a reason or a design choice rather than something a broker can be caught doing are
          listed in ``INFORMATIVE`` with why they carry no id.
-  DL   = issue 3 and seeds/queued-call-deadlines.md: deadlines on queued messages.
-  KV   = PROTOCOL.md §4 (KV wire and semantics).
-  LIM  = issue 6: plans, quotas and the degradation rungs; PROTOCOL.md §3.4/§4.4/§7.
-  ENV  = the envelope and status-code rules (broker/errors.py, PROTOCOL.md §1.7).
-  P3   = PROTOCOL.md §3 (timer wire details not spelled out in the spec).
+  DL   = docs/decisions.md §2 and docs/queued-call-deadlines.md: deadlines on queued messages.
+  KV   = docs/protocol.md §4 (KV wire and semantics).
+  LIM  = docs/decisions.md §4: plans, quotas and the degradation rungs; docs/protocol.md §3.4/§4.4/§7.
+  ENV  = the envelope and status-code rules (broker/errors.py, docs/protocol.md §1.7).
+  P3   = docs/protocol.md §3 (timer wire details not spelled out in the spec).
 
 ``queen conformance --list`` prints every id with its sentence and the tests that check it.
 """
@@ -30,11 +30,11 @@ class C:
     sentence: str
 
 
-TR = "timer-routes.md"
+TR = "docs/timer-routes.md"
 
 CONTRACTS: tuple[C, ...] = (
     # ---------------------------------------------------------------- timer spec: The routes
-    C("TMR-CANCEL-WITHDRAWS", f"{TR} / Timer routes (opening)",
+    C("TMR-CANCEL-WITHDRAWS", f"{TR} / What a timer is",
       "Scheduling promises a frame in a queue at a future instant; cancelling one withdraws the promise: a "
       "cancelled timer is never delivered."),
     C("TMR-POST-PRODUCE-GRANT", f"{TR} / The routes",
@@ -242,129 +242,129 @@ CONTRACTS: tuple[C, ...] = (
       "synthetic consumer group."),
     C("TMR-DLQ-REPLAY-REFUSED", f"{TR} / Timers that keep failing",
       "Replaying that DLQ row is refused explicitly (409 dlq_replay_refused)."),
-    C("TMR-TENANT-ISOLATION", "house rules / timer-routes.md",
+    C("TMR-TENANT-ISOLATION", "house rules / docs/timer-routes.md",
       "Another tenant's timers are invisible: its peek misses, its list of the same queue is empty, its "
       "lookup of the delivered txn finds nothing."),
-    C("TMR-UNDELIVERABLE-PAYLOAD", "house rules / PROTOCOL.md §2.8 / timer-routes.md",
+    C("TMR-UNDELIVERABLE-PAYLOAD", "house rules / docs/protocol.md §2.8 / docs/timer-routes.md",
       "A timer whose payload the log cannot carry (not JSON) is either refused at schedule with a 400, or "
       "spends its attempts and lands in the DLQ as a row GET /api/v1/dlq can render (valid JSON); it is never "
       "lost and never breaks the DLQ listing."),
-    # ---------------------------------------------------------------- PROTOCOL §3 timer wire details
-    C("TMR-PAST-DELAY", "PROTOCOL.md §3.1",
+    # ---------------------------------------------------------------- docs/protocol.md §3 timer wire details
+    C("TMR-PAST-DELAY", "docs/protocol.md §3.1",
       "A zero or negative delayMs is legal: the timer is due at once and fires on the first cycle."),
-    C("TMR-PAYLOAD-ZSTD", "PROTOCOL.md §3.1/§3.3",
+    C("TMR-PAYLOAD-ZSTD", "docs/protocol.md §3.1/§3.3",
       "payloadZstd: true marks the caller's payload as one zstd frame: peek shows it as sent with "
       "payloadZstd: true, and the delivered frame carries the decompressed payload."),
-    C("TMR-INDEX-ALIGNED", "PROTOCOL.md §3.2",
+    C("TMR-INDEX-ALIGNED", "docs/protocol.md §3.2",
       "Timer results are index-aligned: results[i] answers operations[i]."),
-    C("TMR-BAD-BATCH-CHANGES-NOTHING", "PROTOCOL.md §3.4 / house rules",
+    C("TMR-BAD-BATCH-CHANGES-NOTHING", "docs/protocol.md §3.4 / house rules",
       "A batch with one invalid op is a 400 in the envelope and applies none of its ops."),
-    C("TMR-VALIDATION", "PROTOCOL.md §3.4",
+    C("TMR-VALIDATION", "docs/protocol.md §3.4",
       "Malformed ops are 400 timers_bad_request: unknown op, missing queue/timerKey/delayMs, payload not "
       "base64, the same (queue, timerKey) twice in one call."),
-    # ---------------------------------------------------------------- transactions with riders (PROTOCOL §2.6)
-    C("TXN-RIDERS-FLAT", "PROTOCOL.md §2.6",
+    # ---------------------------------------------------------------- transactions with riders (docs/protocol.md §2.6)
+    C("TXN-RIDERS-FLAT", "docs/protocol.md §2.6",
       "kv and timers ride as top-level fields of POST /api/v1/transaction; results are one flat index space: "
       "pushed items and acks in operation order, then kv, then timers (typed kv / timer)."),
-    C("TXN-RIDERS-ONLY", "PROTOCOL.md §2.6",
+    C("TXN-RIDERS-ONLY", "docs/protocol.md §2.6",
       "operations may be [] when the bundle is only riders."),
-    C("TXN-ATOMIC", "PROTOCOL.md §2.6 / issue 3",
+    C("TXN-ATOMIC", "docs/protocol.md §2.6 / docs/decisions.md §1",
       "All or nothing: a refused bundle (a requiredLeases entry that is not live) applies none of its pushes, "
       "kv writes or timer ops."),
-    C("TXN-KV-PRECONDITION", "PROTOCOL.md §2.6",
+    C("TXN-KV-PRECONDITION", "docs/protocol.md §2.6",
       "A lost required KV precondition answers HTTP 200 {success: false, reason: kv_precondition, failedIndex "
       "(flat), kvReason, version, value} and nothing in the bundle is applied."),
-    C("TXN-TIMERS-DISABLED", "PROTOCOL.md §2.6",
+    C("TXN-TIMERS-DISABLED", "docs/protocol.md §2.6",
       "With scheduling switched off by the operator, a timers rider is refused with 403 timers_disabled "
       "inside a transaction (503 on the standalone route)."),
-    C("DL-TXN", "issue 3",
+    C("DL-TXN", "docs/decisions.md §2",
       "A transaction push item may carry deadlineMs, with the same meaning as on the push route."),
-    # ---------------------------------------------------------------- message log deadlines (issue 3)
-    C("DL-NOT-DELIVERED", "issue 3 / queued-call-deadlines.md",
+    # ---------------------------------------------------------------- message log deadlines (docs/decisions.md §2)
+    C("DL-NOT-DELIVERED", "docs/decisions.md §2 / docs/queued-call-deadlines.md",
       "A pop never hands out a message whose deadlineMs has passed."),
-    C("DL-TO-DLQ", "issue 3 / queued-call-deadlines.md",
+    C("DL-TO-DLQ", "docs/decisions.md §2 / docs/queued-call-deadlines.md",
       "An expired message lands in the DLQ with error deadline_exceeded, so nothing vanishes unseen."),
-    C("DL-LIVE-DELIVERED", "issue 3 / queued-call-deadlines.md",
+    C("DL-LIVE-DELIVERED", "docs/decisions.md §2 / docs/queued-call-deadlines.md",
       "A message within its deadline (or without one) is delivered as before."),
-    C("DL-BAD-DEADLINE", "issue 3",
+    C("DL-BAD-DEADLINE", "docs/decisions.md §2",
       "deadlineMs is a relative integer budget > 0; anything else is a 400 and nothing is pushed."),
-    C("LOG-OWNED-FIELDS", "issue 3 / PROTOCOL.md §2.3",
+    C("LOG-OWNED-FIELDS", "docs/decisions.md §1 / docs/protocol.md §2.3",
       "A push item carrying producerSub, messageId, tenant or an underscore-prefixed field is a 400 (the "
       "broker stamps producerSub from the credential); nothing is pushed."),
-    # ---------------------------------------------------------------- KV (PROTOCOL §4)
-    C("KV-INDEX-ALIGNED", "PROTOCOL.md §4.1/§4.3",
+    # ---------------------------------------------------------------- KV (docs/protocol.md §4)
+    C("KV-INDEX-ALIGNED", "docs/protocol.md §4.1/§4.3",
       "POST /api/v1/kv answers {results: [...]} index-aligned; every element carries index and op."),
-    C("KV-FOUND-SEPARATE", "PROTOCOL.md §4.3",
+    C("KV-FOUND-SEPARATE", "docs/protocol.md §4.3",
       "found is separate from value: {found: true, value: null} is not {found: false}."),
-    C("KV-EXPIRY-REQUIRED", "PROTOCOL.md §4.2",
+    C("KV-EXPIRY-REQUIRED", "docs/protocol.md §4.2",
       "Every put/putIfAbsent/incr carries exactly one of ttlSeconds (positive int) and forever: true; zero or "
       "two is 400 kv_expiry_not_specified (or another kv_bad_request reason)."),
-    C("KV-EXPIRED-NEVER-RETURNED", "PROTOCOL.md §4.3",
+    C("KV-EXPIRED-NEVER-RETURNED", "docs/protocol.md §4.3",
       "Expired keys are never returned and never count as existing, even before pruning."),
-    C("KV-PUT-IF-ABSENT", "PROTOCOL.md §4.3",
+    C("KV-PUT-IF-ABSENT", "docs/protocol.md §4.3",
       "putIfAbsent on a live key answers applied: false, reason: exists, with the current value and version."),
-    C("KV-EXPECT", "PROTOCOL.md §4.3",
+    C("KV-EXPECT", "docs/protocol.md §4.3",
       "expect: N > 0 creates nothing (absent on a missing key); a stale version answers reason: version "
       "with the current value and version."),
-    C("KV-DELETE-ABSENT-200", "PROTOCOL.md §4.3",
+    C("KV-DELETE-ABSENT-200", "docs/protocol.md §4.3",
       "A delete of a missing key answers 200 applied: false, reason: absent."),
-    C("KV-VERSION-NEVER-REUSED", "PROTOCOL.md §4.3",
+    C("KV-VERSION-NEVER-REUSED", "docs/protocol.md §4.3",
       "version is never reused for a recreated key; an absent key's effective version is 0."),
-    C("KV-INCR", "PROTOCOL.md §4.3",
+    C("KV-INCR", "docs/protocol.md §4.3",
       "incr creates from zero, adds delta, and with max the applied flag is the admission decision "
       "(reason: limit, no saturation); a non-numeric value is reason: type."),
-    C("KV-CHECK", "PROTOCOL.md §4.3",
+    C("KV-CHECK", "docs/protocol.md §4.3",
       "check answers applied when the precondition holds, else reason version|absent|exists."),
-    C("KV-REQUIRED-ABORTS", "PROTOCOL.md §4.3",
+    C("KV-REQUIRED-ABORTS", "docs/protocol.md §4.3",
       "required: true on a lost precondition aborts the whole call: none of its writes is applied."),
-    C("KV-READ-OWN-WRITES", "PROTOCOL.md §4.3",
+    C("KV-READ-OWN-WRITES", "docs/protocol.md §4.3",
       "Within one call reads observe that call's writes."),
-    C("KV-DUPLICATE-KEY", "PROTOCOL.md §4.3",
+    C("KV-DUPLICATE-KEY", "docs/protocol.md §4.3",
       "At most one write op per key per call, else 400 kv_duplicate_key_in_call."),
-    C("KV-GETPREFIX", "PROTOCOL.md §4.3",
+    C("KV-GETPREFIX", "docs/protocol.md §4.3",
       "getPrefix lists in byte order with an exclusive after; limit is clamped (never rejected); truncated "
       "and nextAfter are honest; an empty prefix is refused."),
-    C("KV-EXPIRY-NOT-INHERITED", "PROTOCOL.md §4.2/§4.3",
+    C("KV-EXPIRY-NOT-INHERITED", "docs/protocol.md §4.2/§4.3",
       "A put never inherits the previous expiry; an incr's TTL is create-only (a live row keeps its expiry); "
       "putIfAbsent takes no expect."),
-    C("KV-PATH-ROUTES", "PROTOCOL.md §4.1/§10",
+    C("KV-PATH-ROUTES", "docs/protocol.md §4.1/§10",
       "The path routes GET/PUT/DELETE /api/v1/kv/{ns}/{key} are curl sugar over the same rows, with an ETag "
       "carrying the version."),
-    C("KV-LIMITS", "PROTOCOL.md §4.4",
+    C("KV-LIMITS", "docs/protocol.md §4.4",
       "More than 256 ops is 400; a value over 64 KiB is 413 payload_too_large; a bad namespace and a tenant "
       "field in an op are 400."),
-    C("KV-TENANT-ISOLATION", "PROTOCOL.md §4 / house rules",
+    C("KV-TENANT-ISOLATION", "docs/protocol.md §4 / house rules",
       "Another tenant's key reads as not found and is not changed by the other tenant's writes."),
-    # ---------------------------------------------------------------- limits and rungs (issue 6)
-    C("LIM-RATE-LIMITED", "issue 6 / PROTOCOL.md §7",
+    # ---------------------------------------------------------------- limits and rungs (docs/decisions.md §4)
+    C("LIM-RATE-LIMITED", "docs/decisions.md §4 / docs/protocol.md §7",
       "Over the rate limit, produce-class work is 429 rate_limited with Retry-After."),
-    C("LIM-QUOTA-EXCEEDED", "issue 6 / PROTOCOL.md §7",
+    C("LIM-QUOTA-EXCEEDED", "docs/decisions.md §4 / docs/protocol.md §7",
       "A spent period quota is 429 quota_exceeded with Retry-After."),
-    C("LIM-STORAGE-QUOTA", "issue 6 / PROTOCOL.md §7",
+    C("LIM-STORAGE-QUOTA", "docs/decisions.md §4 / docs/protocol.md §7",
       "Over the storage quota, produce-class work is 403 storage_quota_exceeded."),
-    C("LIM-TIMERS-QUOTA", "issue 6",
+    C("LIM-TIMERS-QUOTA", "docs/decisions.md §4",
       "Over the timer-row quota, scheduling is 403 timers_quota_exceeded; the quota counts pending rows, so "
       "cancelling frees it again."),
-    C("LIM-TIMERS-PAUSED", "issue 6",
+    C("LIM-TIMERS-PAUSED", "docs/decisions.md §4",
       "A schedule paused by an operator for the tenant is 403 timers_paused on the timers surface only "
       "(pushes still pass)."),
-    C("LIM-CLUSTER-SUSPENDED", "issue 6 / PROTOCOL.md §7",
+    C("LIM-CLUSTER-SUSPENDED", "docs/decisions.md §4 / docs/protocol.md §7",
       "A suspended cluster refuses produce-class work with 403 cluster_suspended."),
-    C("LIM-CANCEL-EVERY-RUNG", "issue 6 / timer-routes.md",
+    C("LIM-CANCEL-EVERY-RUNG", "docs/decisions.md §4 / docs/timer-routes.md",
       "DELETE cancel passes every rung: rate limit, period quota, storage quota, timer-row quota, paused "
       "schedule, cluster suspension."),
-    C("LIM-REFUSAL-CHANGES-NOTHING", "issue 6 / house rules",
+    C("LIM-REFUSAL-CHANGES-NOTHING", "docs/decisions.md §4 / house rules",
       "A refused call changes nothing (a push refused by a rung stores no message)."),
     # ---------------------------------------------------------------- envelope and status codes
-    C("ENV-MALFORMED-JSON", "errors.py / PROTOCOL.md §1.7",
+    C("ENV-MALFORMED-JSON", "errors.py / docs/protocol.md §1.7",
       "Malformed JSON is a 400 with the envelope {error, reason, detail}."),
-    C("ENV-CONTENT-TYPE", "errors.py / PROTOCOL.md §1.3",
+    C("ENV-CONTENT-TYPE", "errors.py / docs/protocol.md §1.3",
       "A body with a wrong content type is refused (4xx) with the envelope."),
     C("ENV-OVERSIZED", "errors.py",
       "An oversized body is 413 with the envelope."),
-    C("ENV-NO-SUCH-ROUTE", "PROTOCOL.md §7",
+    C("ENV-NO-SUCH-ROUTE", "docs/protocol.md §7",
       "An unknown route is 404 with error no_such_route."),
-    C("ENV-SHAPE", "errors.py / PROTOCOL.md §1.7",
+    C("ENV-SHAPE", "errors.py / docs/protocol.md §1.7",
       "Every refusal is a JSON object {error: code, reason: stable id, detail: prose} with a JSON content "
       "type."),
     C("ENV-NO-500", "house rules",
@@ -376,9 +376,9 @@ CONTRACTS: tuple[C, ...] = (
 BY_ID: dict[str, C] = {c.id: c for c in CONTRACTS}
 assert len(BY_ID) == len(CONTRACTS), "duplicate contract id"
 
-# Sentences of timer-routes.md that carry no id, and why. Listed so the sentence-by-sentence pass is
-# auditable: each is a reason, a design statement or advice to clients, not a behaviour a broker can be
-# caught violating over HTTP.
+# Sentences of the timer spec (docs/timer-routes.md) that carry no id, and why. Listed so the
+# sentence-by-sentence pass is auditable: each is a reason, a design statement or advice to clients,
+# not a behaviour a broker can be caught violating over HTTP.
 INFORMATIVE: tuple[tuple[str, str], ...] = (
     ("A timer is a message that is not in the log yet.", "definition (its promise is TMR-CANCEL-WITHDRAWS)"),
     ("... this is the first surface in the product whose call rate is decided by somebody else's web traffic.",

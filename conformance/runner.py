@@ -104,7 +104,7 @@ def print_catalogue(out=None) -> None:
         for t in index.get(c.id, []) or ["(no test!)"]:
             print(f"    test: {t}", file=out)
     print(f"\n{len(CONTRACTS)} contracts", file=out)
-    print("\nSentences of timer-routes.md without an id, and why:", file=out)
+    print("\nSentences of the timer spec (docs/timer-routes.md) without an id, and why:", file=out)
     for sentence, why in INFORMATIVE:
         print(textwrap.fill(f"- {sentence}  [{why}]", 100, subsequent_indent="  "), file=out)
 

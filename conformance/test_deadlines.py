@@ -1,5 +1,5 @@
-"""Deadlines on queued messages (issue 3): a pop never hands out an expired message; it lands in the DLQ
-with error deadline_exceeded."""
+"""Deadlines on queued messages (docs/decisions.md §2, docs/queued-call-deadlines.md): a pop never hands
+out an expired message; it lands in the DLQ with error deadline_exceeded."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""KV (PROTOCOL.md §4): POST /api/v1/kv."""
+"""KV (docs/protocol.md §4): POST /api/v1/kv."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Transactions with riders (PROTOCOL.md §2.6): kv and timers in the same bundle as pushes and acks."""
+"""Transactions with riders (docs/protocol.md §2.6): kv and timers in the same bundle as pushes and acks."""
 
 from __future__ import annotations
 

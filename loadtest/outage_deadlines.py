@@ -1,4 +1,4 @@
-"""Scenario ``outage_deadlines``: the queued-call deadline experiment (seeds/queued-call-deadlines.md).
+"""Scenario ``outage_deadlines``: the queued-call deadline experiment (docs/queued-call-deadlines.md).
 
 A caller places one order every ``--interval`` s for ``--duration`` s. Placing an order is a call:
 push a message carrying the order id and a reply id to a ``billing`` queue, then wait up to
@@ -35,7 +35,8 @@ import httpx
 from loadtest import prom
 from loadtest.timefmt import parse_iso
 
-# The seed's published numbers (imqueue over Redis, 175 orders, 20 s outage), for the side-by-side table.
+# The published numbers (docs/queued-call-deadlines.md §2: imqueue over Redis, 175 orders, 20 s outage),
+# for the side-by-side table.
 SEED = {
     "without": {"succeeded": 95, "failed": 80, "retried": 90, "charges": 265, "charged_twice": 90,
                 "charged_after_failed": 80, "expired_skipped": 0, "max_charges_per_second": 195},

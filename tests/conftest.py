@@ -9,6 +9,9 @@
   Tests that share it use their own queue names (``uniq()``).
 - ``start_broker(env=..., workers=...)``: a dedicated broker with its own settings and database,
   stopped at the end of the test.
+- ``http`` / ``ahttp``: an httpx client on the shared broker; ``api``: ``helpers.Api`` over ``http``;
+  ``queen_client``: the official ``queen-mq`` client on it
+  (tests/helpers.py holds every request helper the tests share).
 """
 
 from __future__ import annotations
@@ -164,6 +167,23 @@ def start_broker(pg: PgServer, tmp_path: Path) -> Iterator[Callable[..., LocalBr
 def http(broker: LocalBroker) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=broker.url, timeout=30) as client:
         yield client
+
+
+@pytest.fixture
+def api(http: httpx.Client) -> Any:
+    """``helpers.Api`` over ``http``: the shared broker's routes."""
+    from helpers import Api
+
+    return Api(http)
+
+
+@pytest.fixture
+async def queen_client(broker: LocalBroker):  # type: ignore[no-untyped-def]
+    """The official ``queen-mq`` client connected to the shared broker."""
+    from queen import Queen
+
+    async with Queen(broker.url) as q:
+        yield q
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ import orjson
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from helpers import dedicated_broker
 
 from broker.auth import GRANTS, Principal, TokenVerifier, mint
 from broker.config import Settings
@@ -170,15 +171,9 @@ def test_auth_off_is_the_default_tenant(http):
 @pytest.fixture(scope="module")
 def auth_broker(pg, ed_keys, tmp_path_factory):
     _, _, public = ed_keys
-    b = LocalBroker(
-        dsn=pg.new_db(),
-        workers=2,
-        env={"QUEEN_JWT_SECRET": SECRET, "QUEEN_JWT_PUBLIC_KEY_FILE": str(public)},
-        log_path=tmp_path_factory.mktemp("auth") / "broker.log",
-    )
-    b.start()
-    yield b
-    b.stop()
+    env = {"QUEEN_JWT_SECRET": SECRET, "QUEEN_JWT_PUBLIC_KEY_FILE": str(public)}
+    with dedicated_broker(pg, tmp_path_factory, "auth", env) as b:
+        yield b
 
 
 def _get(b: LocalBroker, path: str, token: str | None) -> httpx.Response:

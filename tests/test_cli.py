@@ -86,3 +86,33 @@ def test_delegated_commands_get_their_own_options():
         assert out.returncode == 0, out.stderr
         assert out.stdout.startswith(f"usage: queen {command}"), out.stdout[:200]
         assert "unrecognized arguments" not in out.stderr
+
+
+def run_without(module: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``queen ARGS`` in a child where importing ``module`` fails as if it were not installed."""
+    code = (f"import sys; sys.modules[{module!r}] = None\n"
+            "from broker.cli import main\n"
+            "raise SystemExit(main(sys.argv[1:]))")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("QUEEN_")}
+    return subprocess.run([sys.executable, "-c", code, *args], env=base, capture_output=True, text=True, timeout=30)
+
+
+def test_delegated_command_without_its_extra_names_the_extra():
+    cases = (("conformance", "pytest", "conformance", ("--list",)),
+             ("loadtest", "locust", "load", ("push_pop",)),
+             ("bench", "pytest_benchmark", "bench", ()))
+    for command, module, extra, rest in cases:
+        out = run_without(module, command, *rest)
+        assert out.returncode == 2, (command, out.returncode, out.stderr)
+        assert out.stdout == ""
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1, out.stderr  # one line, not a traceback
+        assert "Traceback" not in out.stderr
+        assert f"[{extra}]" in lines[0] and module in lines[0] and f"queen-broker[{extra}]" in lines[0], lines[0]
+
+
+def test_help_names_the_extra_of_each_delegated_command():
+    out = queen("--help")
+    assert out.returncode == 0
+    for extra in ("[conformance]", "[load]", "[bench]"):
+        assert extra in out.stdout, out.stdout

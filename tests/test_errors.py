@@ -9,6 +9,7 @@ import random
 
 import httpx
 import pytest
+from helpers import refused
 
 FUZZ_ROUTES = (
     "/api/v1/admin/ping",
@@ -23,10 +24,8 @@ FUZZ_ROUTES = (
 
 
 def envelope(r: httpx.Response, status: int, error: str, reason: str) -> dict:
-    assert r.status_code == status, (r.status_code, r.text)
+    body = refused(r, status, error, reason)
     assert r.headers["content-type"].startswith("application/json")
-    body = r.json()
-    assert body["error"] == error and body["reason"] == reason, body
     assert isinstance(body["detail"], str) and body["detail"]
     return body
 

@@ -5,20 +5,13 @@ from __future__ import annotations
 
 import time
 
-import asyncpg
 import httpx
-from conftest import run_sync, uniq
+from conftest import uniq
+from helpers import db_fetch
 
 
 def count_rows(dsn, ns):
-    async def go():
-        conn = await asyncpg.connect(dsn)
-        try:
-            return await conn.fetchval("SELECT count(*) FROM queen_kv WHERE ns = $1", ns)
-        finally:
-            await conn.close()
-
-    return run_sync(go())
+    return db_fetch(dsn, "SELECT count(*) AS n FROM queen_kv WHERE ns = $1", ns)[0]["n"]
 
 
 def test_pruner_removes_expired_rows_in_batches(start_broker):

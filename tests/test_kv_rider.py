@@ -6,28 +6,15 @@ from __future__ import annotations
 import uuid
 
 from conftest import uniq
+from helpers import kv_put, push_op
 
 
-def tx(http, body, status=200):
-    r = http.post("/api/v1/transaction", json=body)
-    assert r.status_code == status, r.text
-    return r.json()
-
-
-def push_op(queue, *txns):
-    return {"type": "push", "items": [{"queue": queue, "payload": {"t": t}, "transactionId": t} for t in txns]}
-
-
-def put(ns, key, value, **kw):
-    return {"op": "put", "ns": ns, "key": key, "value": value, "forever": True, **kw}
-
-
-def test_kv_rider_results_are_flat_and_typed(http):
+def test_kv_rider_results_are_flat_and_typed(http, api):
     ns, q = uniq("tx"), uniq("q")
-    body = tx(http, {
+    body = api.tx({
         "operations": [push_op(q, "a", "b")],
         "requiredLeases": [],
-        "kv": [put(ns, "state", {"step": 1}), {"op": "get", "ns": ns, "key": "state"},
+        "kv": [kv_put(ns, "state", {"step": 1}), {"op": "get", "ns": ns, "key": "state"},
                {"op": "incr", "ns": ns, "key": "n", "delta": 2, "ttlSeconds": 60}],
     })
     assert body["success"] is True
@@ -42,20 +29,20 @@ def test_kv_rider_results_are_flat_and_typed(http):
     assert got["results"][0]["version"] == res[2]["version"]
 
 
-def test_kv_only_bundle(http):
+def test_kv_only_bundle(api):
     ns = uniq("tx")
-    body = tx(http, {"operations": [], "requiredLeases": [], "kv": [put(ns, "k", 1)]})
+    body = api.tx({"operations": [], "requiredLeases": [], "kv": [kv_put(ns, "k", 1)]})
     assert body["success"] is True and body["results"][0]["index"] == 0 and body["results"][0]["type"] == "kv"
 
 
-def test_lost_required_precondition_rolls_back_the_whole_bundle(http):
+def test_lost_required_precondition_rolls_back_the_whole_bundle(http, api):
     ns, q = uniq("tx"), uniq("q")
-    v = http.post("/api/v1/kv", json={"operations": [put(ns, "guard", {"owner": "me"})]}).json()["results"][0]["version"]
+    v = http.post("/api/v1/kv", json={"operations": [kv_put(ns, "guard", {"owner": "me"})]}).json()["results"][0]["version"]
     t1, t2 = uuid.uuid4().hex, uuid.uuid4().hex
-    body = tx(http, {
+    body = api.tx({
         "operations": [push_op(q, t1, t2)],
         "requiredLeases": [],
-        "kv": [{"op": "check", "ns": ns, "key": "guard", "expect": v + 1, "required": True}, put(ns, "written", 1)],
+        "kv": [{"op": "check", "ns": ns, "key": "guard", "expect": v + 1, "required": True}, kv_put(ns, "written", 1)],
     })
     assert body == {"success": False, "reason": "kv_precondition", "failedIndex": 2, "kvReason": "version",
                     "version": v, "value": {"owner": "me"}}
@@ -65,21 +52,21 @@ def test_lost_required_precondition_rolls_back_the_whole_bundle(http):
     got = http.post("/api/v1/kv", json={"operations": [{"op": "get", "ns": ns, "key": "written"}]}).json()
     assert got["results"][0]["found"] is False
     # a later op's loss: failedIndex is flat (2 pushes, then the kv index)
-    body = tx(http, {"operations": [push_op(q, uuid.uuid4().hex, uuid.uuid4().hex)], "requiredLeases": [],
-                     "kv": [put(ns, "a", 1), put(ns, "guard", 2, expect=0, required=True)]})
+    body = api.tx({"operations": [push_op(q, uuid.uuid4().hex, uuid.uuid4().hex)], "requiredLeases": [],
+                     "kv": [kv_put(ns, "a", 1), kv_put(ns, "guard", 2, expect=0, required=True)]})
     assert body["failedIndex"] == 3 and body["kvReason"] == "exists"
     # a loss without required is a verdict in the results, not an abort
-    body = tx(http, {"operations": [], "kv": [put(ns, "guard", 2, expect=0)]})
+    body = api.tx({"operations": [], "kv": [kv_put(ns, "guard", 2, expect=0)]})
     assert body["success"] is True and body["results"][0]["applied"] is False
 
 
-def test_rider_refusals(http):
+def test_rider_refusals(http, api):
     ns = uniq("tx")
     for kv_ops, reason in (
         ([{"op": "getPrefix", "ns": ns, "prefix": "a"}], "kv_get_prefix_not_allowed_in_transaction"),
         ([{"op": "get", "ns": ns, "key": f"k{i}"} for i in range(65)], "kv_too_many_ops"),
         ([{"op": "getMany", "ns": ns, "keys": [f"k{i}" for i in range(257)]}], "kv_too_many_keys"),
-        ([put(ns, "k", 1), {"op": "delete", "ns": ns, "key": "k"}], "kv_duplicate_key_in_call"),
+        ([kv_put(ns, "k", 1), {"op": "delete", "ns": ns, "key": "k"}], "kv_duplicate_key_in_call"),
         ([{"op": "put", "ns": ns, "key": "k", "value": 1}], "kv_expiry_not_specified"),
         ("nope", "kv_bad_body"),
     ):
@@ -87,5 +74,5 @@ def test_rider_refusals(http):
         assert r.status_code == 400, r.text
         assert r.json()["error"] == "kv_bad_request" and r.json()["reason"] == reason
     # 64 ops are fine
-    body = tx(http, {"operations": [], "kv": [{"op": "get", "ns": ns, "key": f"k{i}"} for i in range(64)]})
+    body = api.tx({"operations": [], "kv": [{"op": "get", "ns": ns, "key": f"k{i}"} for i in range(64)]})
     assert len(body["results"]) == 64

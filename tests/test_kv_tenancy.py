@@ -6,37 +6,21 @@ from __future__ import annotations
 
 import httpx
 import pytest
-
-from broker.auth import mint
-from broker.localserver import LocalBroker
+from helpers import authed, dedicated_broker
 
 SECRET = "kv-tenancy-secret"
 
 
 @pytest.fixture(scope="module")
 def b(pg, tmp_path_factory):
-    lb = LocalBroker(dsn=pg.new_db(), workers=2, env={"QUEEN_JWT_SECRET": SECRET},
-                     log_path=tmp_path_factory.mktemp("kvt") / "broker.log")
-    lb.start()
-    yield lb
-    lb.stop()
-
-
-def client(b, tenant, grants=("produce", "consume")):
-    token = mint(tenant=tenant, sub="svc", grants=list(grants), secret=SECRET)
-    return httpx.Client(base_url=b.url, timeout=30, headers={"Authorization": f"Bearer {token}"})
-
-
-def kv(c, *ops):
-    r = c.post("/api/v1/kv", json={"operations": list(ops)})
-    assert r.status_code == 200, r.text
-    return r.json()["results"]
+    with dedicated_broker(pg, tmp_path_factory, "kvt", {"QUEEN_JWT_SECRET": SECRET}) as lb:
+        yield lb
 
 
 def test_tenants_never_see_each_others_keys(b):
-    with client(b, "acme") as a, client(b, "globex") as g:
-        v = kv(a, {"op": "put", "ns": "shared", "key": "k", "value": "acme's", "forever": True})[0]["version"]
-        res = kv(g,
+    with authed(SECRET, b, "acme") as a, authed(SECRET, b, "globex") as g:
+        v = a.kv_results({"op": "put", "ns": "shared", "key": "k", "value": "acme's", "forever": True})[0]["version"]
+        res = g.kv_results(
                  {"op": "get", "ns": "shared", "key": "k"},
                  {"op": "getMany", "ns": "shared", "keys": ["k"]},
                  {"op": "getPrefix", "ns": "shared", "prefix": "k"},
@@ -47,12 +31,12 @@ def test_tenants_never_see_each_others_keys(b):
         assert res[2]["rows"] == []
         assert res[3]["applied"] is False and res[3]["reason"] == "absent"
         # a fenced write at acme's version finds nothing; a delete of it is absent
-        assert kv(g, {"op": "put", "ns": "shared", "key": "k", "value": 1, "forever": True, "expect": v})[0]["reason"] == "absent"
-        assert kv(g, {"op": "delete", "ns": "shared", "key": "k"})[0]["reason"] == "absent"
+        assert g.kv_results({"op": "put", "ns": "shared", "key": "k", "value": 1, "forever": True, "expect": v})[0]["reason"] == "absent"
+        assert g.kv_results({"op": "delete", "ns": "shared", "key": "k"})[0]["reason"] == "absent"
         # globex's own row under the same name is a different row
-        mine = kv(g, {"op": "put", "ns": "shared", "key": "k", "value": "globex's", "forever": True})[0]
+        mine = g.kv_results({"op": "put", "ns": "shared", "key": "k", "value": "globex's", "forever": True})[0]
         assert mine["applied"] and mine["version"] != v
-        assert kv(a, {"op": "get", "ns": "shared", "key": "k"})[0]["value"] == "acme's"
+        assert a.kv_results({"op": "get", "ns": "shared", "key": "k"})[0]["value"] == "acme's"
         assert g.get("/api/v1/kv/shared/k").json()["value"] == "globex's"
         # the tenant is never an input
         r = g.post("/api/v1/kv", json={"operations": [{"op": "get", "ns": "shared", "key": "k", "tenant": "acme"}]})
@@ -65,7 +49,7 @@ def test_tenants_never_see_each_others_keys(b):
 def test_grants(b):
     put = {"op": "put", "ns": "n", "key": "k", "value": 1, "forever": True}
     get = {"op": "get", "ns": "n", "key": "k"}
-    with client(b, "t", ("consume",)) as reader, client(b, "t", ("produce",)) as writer:
+    with authed(SECRET, b, "t", grants=("consume",)) as reader, authed(SECRET, b, "t", grants=("produce",)) as writer:
         r = reader.post("/api/v1/kv", json={"operations": [put]})
         assert r.status_code == 403 and r.json()["reason"] == "missing_grant"
         assert reader.put("/api/v1/kv/n/k?forever=true", content=b"1").status_code == 403

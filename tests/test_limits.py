@@ -8,84 +8,36 @@ refresh interval. Each test uses its own tenants; the cluster switch is restored
 from __future__ import annotations
 
 import asyncio
-import base64
 import time
-import uuid
+from functools import partial
 
-import asyncpg
-import httpx
 import pytest
-from conftest import run_sync, uniq
-
-from broker.auth import mint
-from broker.localserver import LocalBroker
+from conftest import uniq
+from helpers import authed, db_fetch, dedicated_broker, kv_put, refused, timer_op, wait_for
 
 SECRET = "limits-test-secret"
 REFRESH_MS = 150
 PERIOD_S = 3600
+sched = partial(timer_op, delay=600_000)
 
 
 @pytest.fixture(scope="module")
 def lb(pg, tmp_path_factory):
-    b = LocalBroker(
-        dsn=pg.new_db(),
-        workers=2,
-        env={
-            "QUEEN_JWT_SECRET": SECRET,
-            "QUEEN_LIMITS_REFRESH_MS": str(REFRESH_MS),
-            "QUEEN_PERIOD_SECONDS": str(PERIOD_S),
-            "QUEEN_STORAGE_QUOTA_BYTES": str(10 * 1024 * 1024),
-            "QUEEN_RATE_LIMIT_PER_S": "1000",
-        },
-        log_path=tmp_path_factory.mktemp("limits") / "broker.log",
-    )
-    b.start()
-    yield b
-    b.stop()
-
-
-def client(lb, tenant, grants=("produce", "consume")):
-    token = mint(tenant=tenant, sub=f"{tenant}-svc", grants=list(grants), secret=SECRET)
-    return httpx.Client(base_url=lb.url, timeout=30, headers={"Authorization": f"Bearer {token}"})
+    env = {
+        "QUEEN_JWT_SECRET": SECRET,
+        "QUEEN_LIMITS_REFRESH_MS": str(REFRESH_MS),
+        "QUEEN_PERIOD_SECONDS": str(PERIOD_S),
+        "QUEEN_STORAGE_QUOTA_BYTES": str(10 * 1024 * 1024),
+        "QUEEN_RATE_LIMIT_PER_S": "1000",
+    }
+    with dedicated_broker(pg, tmp_path_factory, "limits", env) as b:
+        yield b
 
 
 @pytest.fixture
 def admin(lb):
-    with client(lb, "ops", ("admin",)) as c:
+    with authed(SECRET, lb, "ops", grants=("admin",)) as c:
         yield c
-
-
-def kv_put(c, key, value="v", ns="lim"):
-    return c.post("/api/v1/kv", json={"operations": [{"op": "put", "ns": ns, "key": key, "value": value, "forever": True}]})
-
-
-def schedule(c, queue, key, delay_ms=600_000):
-    op = {"op": "schedule", "queue": queue, "timerKey": key, "delayMs": delay_ms, "txn": uuid.uuid4().hex,
-          "payload": base64.b64encode(b'{"k": 1}').decode()}
-    return c.post("/api/v1/timers", json={"operations": [op]})
-
-
-def push(c, queue, n=1):
-    items = [{"queue": queue, "partition": "p", "payload": {"i": i}, "transactionId": uuid.uuid4().hex} for i in range(n)]
-    return c.post("/api/v1/push", json={"items": items})
-
-
-def refused(r, status, code):
-    assert r.status_code == status, r.text
-    body = r.json()
-    assert body["error"] == code, body
-    return body
-
-
-def eventually(fn, timeout=3.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        r = fn()
-        if r:
-            return r
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.05)
 
 
 def settle():
@@ -123,7 +75,7 @@ def test_plan_admin_api_narrows_only(lb, admin):
         r = admin.put(f"/api/v1/admin/tenants/{t}/plan", json=bad)
         assert r.status_code == 400, bad
     # the tenant sees its effective plan in its usage
-    with client(lb, t) as c:
+    with authed(SECRET, lb, t) as c:
         assert c.get("/api/v1/usage").json()["plan"]["maxPayloadBytes"] == 1000
     r = admin.delete(f"/api/v1/admin/tenants/{t}/plan")
     assert r.json() == {"tenant": t, "deleted": True}
@@ -133,7 +85,7 @@ def test_plan_admin_api_narrows_only(lb, admin):
 
 def test_admin_routes_need_the_admin_grant(lb):
     t = uniq("plan")
-    with client(lb, t) as c:
+    with authed(SECRET, lb, t) as c:
         for method, path, body in (
             ("GET", f"/api/v1/admin/tenants/{t}/plan", None),
             ("PUT", f"/api/v1/admin/tenants/{t}/plan", {"maxPayloadBytes": 1}),
@@ -143,32 +95,32 @@ def test_admin_routes_need_the_admin_grant(lb):
         ):
             r = c.request(method, path, json=body)
             assert r.status_code == 403 and r.json()["reason"] == "missing_grant", (method, path, r.text)
-    with client(lb, "x") as anon_admin:
+    with authed(SECRET, lb, "x") as anon_admin:
         r = anon_admin.post("/api/v1/admin/cluster/suspended", json={"suspended": "yes"})
         assert r.status_code == 403
 
 
 def test_timers_paused_rung(lb, admin):
     t, other = uniq("tp"), uniq("tp")
-    with client(lb, t) as c, client(lb, other) as o:
-        assert schedule(c, "q", "before").status_code == 200
+    with authed(SECRET, lb, t) as c, authed(SECRET, lb, other) as o:
+        assert c.timers(sched("q", "before")).status_code == 200
         r = admin.post(f"/api/v1/admin/tenants/{t}/timers-paused", json={"paused": True})
         assert r.json() == {"tenant": t, "paused": True}
         settle()
         assert admin.get(f"/api/v1/admin/tenants/{t}/timers-paused").json()["paused"] is True
-        r = schedule(c, "q", "k")
+        r = c.timers(sched("q", "k"))
         refused(r, 403, "timers_paused")
         assert r.headers["x-queen-timers-hint"].startswith("DELETE /api/v1/timers/")
         # only the schedule route: KV writes and pushes go on; other tenants are untouched
-        assert kv_put(c, "k").status_code == 200
-        assert push(c, uniq("q")).status_code in (200, 201)
-        assert schedule(o, "q", "k").status_code == 200
+        assert c.kv(kv_put("lim", "k", "v")).status_code == 200
+        assert c.push_n(uniq("q")).status_code in (200, 201)
+        assert o.timers(sched("q", "k")).status_code == 200
         # the cancel route is not refused
         r = c.delete("/api/v1/timers/q/before")
         assert r.status_code == 200 and r.json()["status"] == "cancelled"
         admin.post(f"/api/v1/admin/tenants/{t}/timers-paused", json={"paused": False})
         settle()
-        assert schedule(c, "q", "k").status_code == 200
+        assert c.timers(sched("q", "k")).status_code == 200
     r = admin.post(f"/api/v1/admin/tenants/{t}/timers-paused", json={"paused": 1})
     assert r.status_code == 400
 
@@ -176,14 +128,14 @@ def test_timers_paused_rung(lb, admin):
 def test_storage_quota_rung(lb, admin):
     t, other = uniq("st"), uniq("st")
     set_plan(admin, t, storageQuotaBytes=2000)
-    with client(lb, t) as c, client(lb, other) as o:
-        assert kv_put(c, "a", "x" * 1500).status_code == 200
-        assert kv_put(c, "b", "x" * 1000).status_code == 200  # admitted: 1.5 KB < 2 KB when judged
-        r = eventually(lambda: (r := kv_put(c, "c")).status_code == 403 and r)
+    with authed(SECRET, lb, t) as c, authed(SECRET, lb, other) as o:
+        assert c.kv(kv_put("lim", "a", "x" * 1500)).status_code == 200
+        assert c.kv(kv_put("lim", "b", "x" * 1000)).status_code == 200  # admitted: 1.5 KB < 2 KB when judged
+        r = wait_for(lambda: (r := c.kv(kv_put("lim", "c", "v"))).status_code == 403 and r, timeout=3.0)
         refused(r, 403, "storage_quota_exceeded")
-        refused(push(c, uniq("q")), 403, "storage_quota_exceeded")
-        refused(schedule(c, "q", "k"), 403, "storage_quota_exceeded")
-        assert kv_put(o, "a").status_code == 200
+        refused(c.push_n(uniq("q")), 403, "storage_quota_exceeded")
+        refused(c.timers(sched("q", "k")), 403, "storage_quota_exceeded")
+        assert o.kv(kv_put("lim", "a", "v")).status_code == 200
         # reads and deletes are not produce-class; deleting frees the bytes and writes work again
         assert c.post("/api/v1/kv", json={"operations": [{"op": "get", "ns": "lim", "key": "a"}]}).status_code == 200
         r = c.post("/api/v1/kv", json={"operations": [{"op": "delete", "ns": "lim", "key": "a"}]})
@@ -194,8 +146,8 @@ def test_storage_quota_rung(lb, admin):
 
 def test_storage_gauge_follows_writes_and_deletes(lb, admin):
     t = uniq("sg")
-    with client(lb, t) as c:
-        assert kv_put(c, "a", "x" * 3000).status_code == 200
+    with authed(SECRET, lb, t) as c:
+        assert c.kv(kv_put("lim", "a", "x" * 3000)).status_code == 200
         assert c.get("/api/v1/usage").json()["storageBytes"] == len("a") + 3002  # key + JSON text
         c.post("/api/v1/kv", json={"operations": [{"op": "delete", "ns": "lim", "key": "a"}]})
         assert c.get("/api/v1/usage").json()["storageBytes"] == 0
@@ -204,38 +156,38 @@ def test_storage_gauge_follows_writes_and_deletes(lb, admin):
 def test_timer_row_quota_rung(lb, admin):
     t = uniq("tq")
     set_plan(admin, t, timersRowQuota=2)
-    with client(lb, t) as c:
-        assert schedule(c, "q", "a").status_code == 200
-        assert schedule(c, "q", "b").status_code == 200
+    with authed(SECRET, lb, t) as c:
+        assert c.timers(sched("q", "a")).status_code == 200
+        assert c.timers(sched("q", "b")).status_code == 200
         time.sleep(REFRESH_MS / 1000 * 2)  # past the bound, every worker knows both rows
-        r = schedule(c, "q", "c")
+        r = c.timers(sched("q", "c"))
         refused(r, 403, "timers_quota_exceeded")
         assert r.headers["x-queen-timers-hint"]
         assert c.get("/api/v1/usage").json()["timersPending"] == 2
         assert c.delete("/api/v1/timers/q/a").json()["status"] == "cancelled"
         assert c.get("/api/v1/usage").json()["timersPending"] == 1
-        eventually(lambda: schedule(c, "q", "c").status_code == 200)
+        wait_for(lambda: c.timers(sched("q", "c")).status_code == 200, timeout=3.0)
 
 
 def test_period_quota_rung_and_retry_after(lb, admin):
     t = uniq("pq")
     set_plan(admin, t, periodQuotaMessages=5)
     q = uniq("q")
-    with client(lb, t) as c:
-        assert push(c, q, 4).status_code in (200, 201)
+    with authed(SECRET, lb, t) as c:
+        assert c.push_n(q, 4).status_code in (200, 201)
         time.sleep(REFRESH_MS / 1000 * 2)
         # 4 used: a call of 2 would pass the quota and is refused whole
-        r = push(c, q, 2)
+        r = c.push_n(q, 2)
         body = refused(r, 429, "quota_exceeded")
         assert body["reason"] == "quota_exceeded"
         retry = int(r.headers["Retry-After"])
         assert 1 <= retry <= PERIOD_S
-        assert schedule(c, "q", "one").status_code == 200  # 5th unit: a schedule is a message
+        assert c.timers(sched("q", "one")).status_code == 200  # 5th unit: a schedule is a message
         time.sleep(REFRESH_MS / 1000 * 2)
-        refused(push(c, q, 1), 429, "quota_exceeded")
-        refused(schedule(c, "q", "two"), 429, "quota_exceeded")
+        refused(c.push_n(q, 1), 429, "quota_exceeded")
+        refused(c.timers(sched("q", "two")), 429, "quota_exceeded")
         # spent: KV writes are refused too, reads are not
-        refused(kv_put(c, "k"), 429, "quota_exceeded")
+        refused(c.kv(kv_put("lim", "k", "v")), 429, "quota_exceeded")
         assert c.post("/api/v1/kv", json={"operations": [{"op": "get", "ns": "lim", "key": "k"}]}).status_code == 200
         assert c.get("/api/v1/usage").json()["messages"] == 5
 
@@ -243,31 +195,31 @@ def test_period_quota_rung_and_retry_after(lb, admin):
 def test_rate_limit_rung(lb, admin):
     t = uniq("rl")
     set_plan(admin, t, rateLimitPerS=3)
-    with client(lb, t) as c:
-        codes = [kv_put(c, f"k{i}").status_code for i in range(8)]
+    with authed(SECRET, lb, t) as c:
+        codes = [c.kv(kv_put("lim", f"k{i}", "v")).status_code for i in range(8)]
         assert codes[:3] == [200, 200, 200]
         assert 429 in codes
-        r = eventually(lambda: (r := kv_put(c, "z")).status_code == 429 and r, timeout=1)
+        r = wait_for(lambda: (r := c.kv(kv_put("lim", "z", "v"))).status_code == 429 and r, timeout=1)
         body = refused(r, 429, "rate_limited")
         assert body["reason"] == "kv_rate_limited" and int(r.headers["Retry-After"]) >= 1
-        r = push(c, uniq("q"), 50)
+        r = c.push_n(uniq("q"), 50)
         assert r.status_code == 429 and r.json()["reason"] == "rate_limited"
         time.sleep(1.1)  # the bucket refills by the database clock
-        assert kv_put(c, "after").status_code == 200
+        assert c.kv(kv_put("lim", "after", "v")).status_code == 200
 
 
 def test_cluster_suspended_rung(lb, admin):
     t = uniq("cs")
-    with client(lb, t) as c:
-        assert schedule(c, "q", "keep").status_code == 200
-        assert kv_put(c, "k").status_code == 200
+    with authed(SECRET, lb, t) as c:
+        assert c.timers(sched("q", "keep")).status_code == 200
+        assert c.kv(kv_put("lim", "k", "v")).status_code == 200
         try:
             assert admin.post("/api/v1/admin/cluster/suspended", json={"suspended": True}).json() == {"suspended": True}
             settle()
             assert admin.get("/api/v1/admin/cluster/suspended").json() == {"suspended": True}
-            refused(kv_put(c, "k2"), 403, "cluster_suspended")
-            refused(push(c, uniq("q")), 403, "cluster_suspended")
-            r = schedule(c, "q", "new")
+            refused(c.kv(kv_put("lim", "k2", "v")), 403, "cluster_suspended")
+            refused(c.push_n(uniq("q")), 403, "cluster_suspended")
+            r = c.timers(sched("q", "new"))
             refused(r, 403, "cluster_suspended")
             assert r.headers["x-queen-timers-hint"]
             # reads go on, the cancel route goes on
@@ -277,15 +229,15 @@ def test_cluster_suspended_rung(lb, admin):
         finally:
             admin.post("/api/v1/admin/cluster/suspended", json={"suspended": False})
             settle()
-        assert kv_put(c, "k3").status_code == 200
+        assert c.kv(kv_put("lim", "k3", "v")).status_code == 200
 
 
 def test_delete_still_cancels_while_every_rung_is_on(lb, admin):
     t = uniq("all")
-    with client(lb, t, grants=("produce",)) as c:
+    with authed(SECRET, lb, t, grants=("produce",)) as c:
         for key in ("a", "b/c"):
-            assert schedule(c, "q", key).status_code == 200
-        assert kv_put(c, "big", "x" * 500).status_code == 200
+            assert c.timers(sched("q", key)).status_code == 200
+        assert c.kv(kv_put("lim", "big", "x" * 500)).status_code == 200
         set_plan(admin, t, timersRowQuota=1, periodQuotaMessages=1, storageQuotaBytes=1, rateLimitPerS=1)
         admin.post(f"/api/v1/admin/tenants/{t}/timers-paused", json={"paused": True})
         admin.post("/api/v1/admin/cluster/suspended", json={"suspended": True})
@@ -305,37 +257,26 @@ def test_delete_still_cancels_while_every_rung_is_on(lb, admin):
             settle()
 
 
-def _db_exec(dsn, sql, *args):
-    async def go():
-        conn = await asyncpg.connect(dsn)
-        try:
-            await conn.execute(sql, *args)
-        finally:
-            await conn.close()
-
-    run_sync(go())
-
-
 def test_staleness_bound(lb, admin):
     """A change written to the database WITHOUT the admin route's NOTIFY (as another broker's usage or
     a manual fix would be) is honoured by every worker within QUEEN_LIMITS_REFRESH_MS (+ slack)."""
     t = uniq("sb")
-    with client(lb, t) as c:
+    with authed(SECRET, lb, t) as c:
         # warm both workers' caches for this tenant
         for i in range(6):
-            assert kv_put(c, f"w{i}").status_code == 200
-        _db_exec(lb.dsn, "INSERT INTO queen_tenant_switches (tenant, timers_paused) VALUES ($1, true)", t)
+            assert c.kv(kv_put("lim", f"w{i}", "v")).status_code == 200
+        db_fetch(lb.dsn, "INSERT INTO queen_tenant_switches (tenant, timers_paused) VALUES ($1, true)", t)
         written = time.monotonic()
-        first_refusal = eventually(lambda: schedule(c, "q", uniq("k")).status_code == 403 and time.monotonic())
+        first_refusal = wait_for(lambda: c.timers(sched("q", uniq("k"))).status_code == 403 and time.monotonic(), timeout=3.0)
         assert first_refusal - written < REFRESH_MS / 1000 + 1.0
         # past the bound, every worker refuses: many calls, none admitted
         time.sleep(REFRESH_MS / 1000 + 0.1)
-        statuses = {schedule(c, "q", uniq("k")).status_code for _ in range(12)}
+        statuses = {c.timers(sched("q", uniq("k"))).status_code for _ in range(12)}
         assert statuses == {403}
         # and the way back
-        _db_exec(lb.dsn, "UPDATE queen_tenant_switches SET timers_paused = false WHERE tenant = $1", t)
+        db_fetch(lb.dsn, "UPDATE queen_tenant_switches SET timers_paused = false WHERE tenant = $1", t)
         time.sleep(REFRESH_MS / 1000 + 0.3)
-        statuses = {schedule(c, "q", uniq("k")).status_code for _ in range(12)}
+        statuses = {c.timers(sched("q", uniq("k"))).status_code for _ in range(12)}
         assert statuses == {200}
 
 
@@ -371,21 +312,21 @@ def test_effective_plan_is_the_stricter_value():
 
 def test_kv_kill_switch(lb, admin):
     t = uniq("ks")
-    with client(lb, t) as c:
-        assert kv_put(c, "k").status_code == 200
+    with authed(SECRET, lb, t) as c:
+        assert c.kv(kv_put("lim", "k", "v")).status_code == 200
         try:
             assert admin.post("/api/v1/admin/kv", json={"enabled": False}).json() == {"enabled": False}
             assert admin.get("/api/v1/admin/kv").json() == {"enabled": False}
             settle()
-            for r in (kv_put(c, "k2"), c.post("/api/v1/kv", json={"operations": [{"op": "get", "ns": "lim", "key": "k"}]}),
+            for r in (c.kv(kv_put("lim", "k2", "v")), c.post("/api/v1/kv", json={"operations": [{"op": "get", "ns": "lim", "key": "k"}]}),
                       c.get("/api/v1/kv/lim/k"), c.put("/api/v1/kv/lim/k?forever=true", content=b"1")):
                 body = refused(r, 503, "kv_disabled")
                 assert body["reason"] == "kv_disabled" and int(r.headers["Retry-After"]) >= 1
             r = c.post("/api/v1/transaction", json={"operations": [], "kv": [{"op": "get", "ns": "lim", "key": "k"}]})
             refused(r, 403, "kv_disabled")
             # the rest of the product is not switched off
-            assert schedule(c, "q", "k").status_code == 200
+            assert c.timers(sched("q", "k")).status_code == 200
         finally:
             admin.post("/api/v1/admin/kv", json={"enabled": True})
             settle()
-        assert kv_put(c, "k3").status_code == 200
+        assert c.kv(kv_put("lim", "k3", "v")).status_code == 200

@@ -6,61 +6,41 @@ from __future__ import annotations
 
 import uuid
 
-import asyncpg
-from conftest import run_sync, uniq
+from conftest import uniq
+from helpers import db_fetch
+
+# A dead letter the sweeper files for a timer that kept failing (consumer group __timers__, synthetic).
+SYNTHETIC_DLQ_ROW = ("INSERT INTO queen_dlq (tenant, id, queue, partition, consumer_group, synthetic, message_id, txn,"
+                     " payload, error, retry_count) VALUES ('default', $1, $2, 'Default', '__timers__', true, $3, $4,"
+                     " $5, $6, 5)")
 
 
-def push(http, q, payloads, partition="Default"):
-    r = http.post("/api/v1/push", json={"items": [{"queue": q, "partition": partition, "payload": p} for p in payloads]})
-    assert r.status_code == 201, r.text
-    return r.json()
-
-
-def pop(http, q, **params):
-    params.setdefault("wait", "false")
-    r = http.get(f"/api/v1/pop/queue/{q}", params=params)
-    assert r.status_code in (200, 204), r.text
-    return r.json()["messages"] if r.status_code == 200 else []
-
-
-def ack(http, m, status="completed", error=None, **extra):
-    body = {"transactionId": m["transactionId"], "partitionId": m["partitionId"], "status": status, "error": error,
-            "consumerGroup": None, "leaseId": m["leaseId"], **extra}
-    r = http.post("/api/v1/ack", json=body)
-    assert r.status_code == 200, r.text
-    return r.json()
-
-
-def configure(http, q, **opts):
-    assert http.post("/api/v1/configure", json={"queue": q, "options": opts}).status_code == 200
-
-
-def test_single_ack_answers_one_element_array(http):
+def test_single_ack_answers_one_element_array(api):
     q = uniq("ack")
-    push(http, q, ["a", "b"])
-    m = pop(http, q, batch=1)[0]
-    res = ack(http, m)
+    api.push(q, ["a", "b"])
+    m = api.messages(q, batch=1)[0]
+    res = api.ack(m)
     assert isinstance(res, list) and len(res) == 1
     assert res[0]["success"] is True and res[0]["error"] is None and res[0]["transactionId"] == m["transactionId"]
     # the lease covered one message, fully acked: the partition is free again at once
-    assert [x["data"] for x in pop(http, q)] == ["b"]
+    assert [x["data"] for x in api.messages(q)] == ["b"]
     # acking twice is idempotent
-    assert ack(http, m)[0]["success"] is True
+    assert api.ack(m)[0]["success"] is True
 
 
-def test_refusals_are_200_with_per_item_errors(http):
+def test_refusals_are_200_with_per_item_errors(api):
     q = uniq("refuse")
-    push(http, q, ["a"])
-    m = pop(http, q)[0]
-    bad_lease = ack(http, m, leaseId=str(uuid.uuid4()))[0]
+    api.push(q, ["a"])
+    m = api.messages(q)[0]
+    bad_lease = api.ack(m, leaseId=str(uuid.uuid4()))[0]
     assert bad_lease["success"] is False and bad_lease["error"] == "Invalid or expired lease"
-    garbage_lease = ack(http, m, leaseId="garbage")[0]
+    garbage_lease = api.ack(m, leaseId="garbage")[0]
     assert garbage_lease["success"] is False
-    unknown = ack(http, dict(m, transactionId="never-pushed"))[0]
+    unknown = api.ack(dict(m, transactionId="never-pushed"))[0]
     assert unknown["success"] is False and unknown["error"] == "Message not found"
-    no_lease = ack(http, dict(m, leaseId=None))[0]
+    no_lease = api.ack(dict(m, leaseId=None))[0]
     assert no_lease["success"] is False and "leaseId" in no_lease["error"]
-    assert ack(http, m)[0]["success"] is True
+    assert api.ack(m)[0]["success"] is True
 
 
 def test_bad_ack_bodies_are_400(http):
@@ -75,29 +55,29 @@ def test_bad_ack_bodies_are_400(http):
     assert http.post("/api/v1/ack/batch", content=b"{", headers={"content-type": "application/json"}).status_code == 400
 
 
-def test_out_of_order_acks_move_the_cursor_only_over_done_messages(http):
+def test_out_of_order_acks_move_the_cursor_only_over_done_messages(api):
     q = uniq("ooo")
-    push(http, q, [1, 2, 3, 4])
-    msgs = pop(http, q, batch=3)
-    assert ack(http, msgs[1])[0]["success"] and ack(http, msgs[2])[0]["success"]
-    assert pop(http, q) == []  # lease still holds message 1
-    assert ack(http, msgs[0])[0]["success"]
-    assert [m["data"] for m in pop(http, q, batch=10)] == [4]
+    api.push(q, [1, 2, 3, 4])
+    msgs = api.messages(q, batch=3)
+    assert api.ack(msgs[1])[0]["success"] and api.ack(msgs[2])[0]["success"]
+    assert api.messages(q) == []  # lease still holds message 1
+    assert api.ack(msgs[0])[0]["success"]
+    assert [m["data"] for m in api.messages(q, batch=10)] == [4]
 
 
-def test_nack_redelivers_then_exhausted_retries_go_to_the_dlq(http):
+def test_nack_redelivers_then_exhausted_retries_go_to_the_dlq(http, api):
     q = uniq("retry")
-    configure(http, q, retryLimit=1, leaseTime=60)
-    push(http, q, ["poison", "next"])
-    m = pop(http, q, batch=10)
-    first = ack(http, m[0], status="failed", error="boom 1")[0]
+    api.configure(q, retryLimit=1, leaseTime=60)
+    api.push(q, ["poison", "next"])
+    m = api.messages(q, batch=10)
+    first = api.ack(m[0], status="failed", error="boom 1")[0]
     assert first["success"] is True and first["dlq"] is False
-    again = pop(http, q, batch=10)
+    again = api.messages(q, batch=10)
     assert [x["data"] for x in again] == ["poison", "next"] and again[0]["deliveryAttempt"] == 2
-    last = ack(http, again[0], status="failed", error="boom 2")[0]
+    last = api.ack(again[0], status="failed", error="boom 2")[0]
     assert last["dlq"] is True
     # the poison message is gone; the next one is delivered (again, its lease was released)
-    rest = pop(http, q, batch=10)
+    rest = api.messages(q, batch=10)
     assert [x["data"] for x in rest] == ["next"]
     dlq = http.get("/api/v1/dlq", params={"queue": q, "limit": 10, "offset": 0}).json()
     assert dlq["total"] == 1
@@ -106,10 +86,10 @@ def test_nack_redelivers_then_exhausted_retries_go_to_the_dlq(http):
     assert d["consumerGroup"] == "__QUEUE_MODE__" and d["synthetic"] is False and d["queueName"] == q
 
 
-def test_status_dlq_files_a_dead_letter_at_once(http):
+def test_status_dlq_files_a_dead_letter_at_once(http, api):
     q = uniq("dlqnow")
-    push(http, q, [{"bad": True}])
-    m = pop(http, q, consumerGroup="g1")[0]
+    api.push(q, [{"bad": True}])
+    m = api.messages(q, consumerGroup="g1")[0]
     r = http.post("/api/v1/ack/batch", json={"acknowledgments": [
         {"transactionId": m["transactionId"], "partitionId": m["partitionId"], "status": "dlq", "error": "unparseable",
          "leaseId": m["leaseId"]}], "consumerGroup": "g1"}).json()
@@ -120,18 +100,18 @@ def test_status_dlq_files_a_dead_letter_at_once(http):
         "messages": [], "total": 0, "limit": 100, "offset": 0}
 
 
-def test_replay_requeues_a_new_message_and_refuses_synthetic_rows(http, broker):
+def test_replay_requeues_a_new_message_and_refuses_synthetic_rows(http, broker, api):
     q = uniq("replay")
-    push(http, q, ["again"], partition="px")
-    m = pop(http, q)[0]
-    ack(http, m, status="dlq", error="later")
+    api.push(q, ["again"], partition="px")
+    m = api.messages(q)[0]
+    api.ack(m, status="dlq", error="later")
     row = http.get("/api/v1/dlq", params={"queue": q}).json()["messages"][0]
     r = http.post(f"/api/v1/dlq/{row['id']}/replay")
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["replayed"] is True and body["queue"] == q and body["partition"] == "px"
     assert body["messageId"] != m["id"] and body["transactionId"].startswith(m["transactionId"])
-    again = pop(http, q)
+    again = api.messages(q)
     assert [x["data"] for x in again] == ["again"] and again[0]["producerSub"] == m["producerSub"]
     assert http.get("/api/v1/dlq", params={"queue": q}).json()["total"] == 0
     assert http.post(f"/api/v1/dlq/{row['id']}/replay").status_code == 404
@@ -139,29 +119,9 @@ def test_replay_requeues_a_new_message_and_refuses_synthetic_rows(http, broker):
 
     synthetic_id = uuid.uuid4()
 
-    async def insert():
-        conn = await asyncpg.connect(broker.dsn)
-        try:
-            await conn.execute(
-                "INSERT INTO queen_dlq (tenant, id, queue, partition, consumer_group, synthetic, message_id, txn, payload,"
-                " error, retry_count) VALUES ('default', $1, $2, 'Default', '__timers__', true, $3, 'timer-txn',"
-                " '\"x\"'::bytea, 'fire failed', 5)", synthetic_id, q, uuid.uuid4())
-        finally:
-            await conn.close()
+    db_fetch(broker.dsn, SYNTHETIC_DLQ_ROW, synthetic_id, q, uuid.uuid4(), "timer-txn", b'"x"', "fire failed")
 
-    run_sync(insert())
-
-    async def insert_not_json():
-        conn = await asyncpg.connect(broker.dsn)
-        try:
-            await conn.execute(
-                "INSERT INTO queen_dlq (tenant, id, queue, partition, consumer_group, synthetic, message_id, txn, payload,"
-                " error, retry_count) VALUES ('default', $1, $2, 'Default', '__timers__', true, $3, 'timer-raw',"
-                " '\\xff00fe'::bytea, 'payload is not JSON', 5)", uuid.uuid4(), q, uuid.uuid4())
-        finally:
-            await conn.close()
-
-    run_sync(insert_not_json())
+    db_fetch(broker.dsn, SYNTHETIC_DLQ_ROW, uuid.uuid4(), q, uuid.uuid4(), "timer-raw", b"\xff\x00\xfe", "payload is not JSON")
     rows = {d["transactionId"]: d for d in http.get("/api/v1/dlq", params={"queue": q}).json()["messages"]}
     assert rows["timer-txn"]["data"] == "x"
     assert rows["timer-raw"]["data"] is None and rows["timer-raw"]["payloadBase64"] == "/wD+"
@@ -171,17 +131,17 @@ def test_replay_requeues_a_new_message_and_refuses_synthetic_rows(http, broker):
     assert body["error"] == "dlq_replay_refused" and body["reason"] == "synthetic_consumer_group" and body["detail"]
     listed = http.get("/api/v1/dlq", params={"queue": q}).json()["messages"]
     assert all(d["synthetic"] is True and d["consumerGroup"] == "__timers__" for d in listed)
-    assert pop(http, q) == []
+    assert api.messages(q) == []
 
 
-def test_the_same_message_twice_in_one_batch(http):
+def test_the_same_message_twice_in_one_batch(http, api):
     q = uniq("twice")
-    push(http, q, [1, 2, 3])
-    msgs = pop(http, q, batch=3)
+    api.push(q, [1, 2, 3])
+    msgs = api.messages(q, batch=3)
     body = {"acknowledgments": [{k: m[k] for k in ("transactionId", "partitionId", "leaseId")} | {"status": "completed"}
                                 for m in (msgs[2], msgs[2], msgs[0], msgs[0])]}
     r = http.post("/api/v1/ack/batch", json=body)
     assert r.status_code == 200 and all(x["success"] for x in r.json())
-    assert pop(http, q) == []  # message 2 still leased
-    assert ack(http, msgs[1])[0]["success"]
-    assert pop(http, q) == [] and http.get(f"/api/v1/resources/queues/{q}").json()["consumerGroups"][0]["pending"] == 0
+    assert api.messages(q) == []  # message 2 still leased
+    assert api.ack(msgs[1])[0]["success"]
+    assert api.messages(q) == [] and http.get(f"/api/v1/resources/queues/{q}").json()["consumerGroups"][0]["pending"] == 0

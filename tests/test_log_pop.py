@@ -12,36 +12,10 @@ from conftest import uniq
 from loadtest import prom
 
 
-def push(http, q, payloads, partition="Default"):
-    r = http.post("/api/v1/push", json={"items": [{"queue": q, "partition": partition, "payload": p} for p in payloads]})
-    assert r.status_code == 201, r.text
-    return r.json()
-
-
-def pop(http, q, **params):
-    params.setdefault("wait", "false")
-    r = http.get(f"/api/v1/pop/queue/{q}", params=params)
-    assert r.status_code in (200, 204), r.text
-    return r.json() if r.status_code == 200 else None
-
-
-def ack_all(http, msgs, status="completed", group=None):
-    body = {"acknowledgments": [{"transactionId": m["transactionId"], "partitionId": m["partitionId"], "status": status,
-                                 "leaseId": m["leaseId"], "error": None} for m in msgs], "consumerGroup": group}
-    r = http.post("/api/v1/ack/batch", json=body)
-    assert r.status_code == 200
-    return r.json()
-
-
-def configure(http, q, **opts):
-    r = http.post("/api/v1/configure", json={"queue": q, "options": opts})
-    assert r.status_code == 200, r.text
-
-
-def test_pop_shape_fifo_and_batch(http):
+def test_pop_shape_fifo_and_batch(api):
     q = uniq("pop")
-    push(http, q, [{"n": i} for i in range(5)])
-    ans = pop(http, q, batch=3)
+    api.push(q, [{"n": i} for i in range(5)])
+    ans = api.pop(q, batch=3)
     assert ans["success"] is True and ans["queue"] == q and ans["partition"] == "Default"
     assert ans["consumerGroup"] == "__QUEUE_MODE__" and ans["partitionsClaimed"] == 1
     msgs = ans["messages"]
@@ -52,16 +26,16 @@ def test_pop_shape_fifo_and_batch(http):
     assert isinstance(m["partitionId"], str) and m["leaseId"] == ans["leaseId"] and m["deliveryAttempt"] == 1
     assert len(m["createdAt"]) == 24 and m["createdAt"].endswith("Z")
     # one lease per (partition, group): the partition is taken until acked
-    assert pop(http, q) is None
-    assert all(r["success"] for r in ack_all(http, msgs))
-    rest = pop(http, q, batch=10)["messages"]
+    assert api.pop(q) is None
+    assert all(r["success"] for r in api.ack_all(msgs))
+    rest = api.pop(q, batch=10)["messages"]
     assert [m["data"]["n"] for m in rest] == [3, 4]
 
 
-def test_default_batch_and_unknown_params_ignored(http):
+def test_default_batch_and_unknown_params_ignored(api):
     q = uniq("defb")
-    push(http, q, list(range(250)))
-    ans = pop(http, q, autopilot="true", frames="true", somethingNew="1")
+    api.push(q, list(range(250)))
+    ans = api.pop(q, autopilot="true", frames="true", somethingNew="1")
     assert len(ans["messages"]) == 200
 
 
@@ -78,74 +52,74 @@ def test_pop_of_unknown_queue_is_204(http):
     assert http.get(f"/api/v1/pop/queue/{uniq('none')}?wait=false").status_code == 204
 
 
-def test_consumer_groups_each_see_every_message(http):
+def test_consumer_groups_each_see_every_message(api):
     q = uniq("groups")
-    push(http, q, [1, 2, 3])
-    a = pop(http, q, consumerGroup="a", batch=10)["messages"]
-    b = pop(http, q, consumerGroup="b", batch=10)["messages"]
+    api.push(q, [1, 2, 3])
+    a = api.pop(q, consumerGroup="a", batch=10)["messages"]
+    b = api.pop(q, consumerGroup="b", batch=10)["messages"]
     assert [m["data"] for m in a] == [1, 2, 3] == [m["data"] for m in b]
     assert a[0]["consumerGroup"] == "a"
-    ack_all(http, a, group="a")
-    assert pop(http, q, consumerGroup="a") is None
+    api.ack_all(a, group="a")
+    assert api.pop(q, consumerGroup="a") is None
     # group b's lease is still live; queue mode is its own group and sees everything too
-    assert [m["data"] for m in pop(http, q, batch=10)["messages"]] == [1, 2, 3]
+    assert [m["data"] for m in api.pop(q, batch=10)["messages"]] == [1, 2, 3]
 
 
-def test_queue_mode_competing_consumers_take_different_partitions(http):
+def test_queue_mode_competing_consumers_take_different_partitions(api):
     q = uniq("compete")
     for p in ("p1", "p2", "p3"):
-        push(http, q, [p + "-a", p + "-b"], partition=p)
+        api.push(q, [p + "-a", p + "-b"], partition=p)
     seen = []
     for _ in range(3):
-        ans = pop(http, q, batch=10)
+        ans = api.pop(q, batch=10)
         seen.append(ans["partition"])
         assert {m["partition"] for m in ans["messages"]} == {ans["partition"]}
     assert sorted(seen) == ["p1", "p2", "p3"]
-    assert pop(http, q) is None
+    assert api.pop(q) is None
 
 
-def test_multi_partition_pop_shares_one_lease(http):
+def test_multi_partition_pop_shares_one_lease(http, api):
     q = uniq("multi")
     for p in ("p1", "p2"):
-        push(http, q, [p], partition=p)
-    ans = pop(http, q, partitions=2, batch=10)
+        api.push(q, [p], partition=p)
+    ans = api.pop(q, partitions=2, batch=10)
     assert ans["partitionsClaimed"] == 2 and len({m["leaseId"] for m in ans["messages"]}) == 1
     ext = http.post(f"/api/v1/lease/{ans['leaseId']}/extend").json()
     assert ext["success"] is True and ext["renewed"] == 2
 
 
-def test_partition_route_pops_only_that_partition(http):
+def test_partition_route_pops_only_that_partition(http, api):
     q = uniq("route")
-    push(http, q, ["x"], partition="one")
-    push(http, q, ["y"], partition="two")
+    api.push(q, ["x"], partition="one")
+    api.push(q, ["y"], partition="two")
     ans = http.get(f"/api/v1/pop/queue/{q}/partition/two?wait=false").json()
     assert [m["data"] for m in ans["messages"]] == ["y"]
 
 
-def test_subscription_mode_new_skips_history(http):
+def test_subscription_mode_new_skips_history(api):
     q = uniq("subnew")
-    push(http, q, ["old"])
-    assert pop(http, q, consumerGroup="late", subscriptionMode="new") is None
-    push(http, q, ["fresh"])
-    assert [m["data"] for m in pop(http, q, consumerGroup="late")["messages"]] == ["fresh"]
+    api.push(q, ["old"])
+    assert api.pop(q, consumerGroup="late", subscriptionMode="new") is None
+    api.push(q, ["fresh"])
+    assert [m["data"] for m in api.pop(q, consumerGroup="late")["messages"]] == ["fresh"]
     # subscriptionFrom=now behaves the same for a new group; an "all" group sees history
-    assert pop(http, q, consumerGroup="now-group", subscriptionFrom="now") is None
-    assert [m["data"] for m in pop(http, q, consumerGroup="all-group", batch=5)["messages"]] == ["old", "fresh"]
+    assert api.pop(q, consumerGroup="now-group", subscriptionFrom="now") is None
+    assert [m["data"] for m in api.pop(q, consumerGroup="all-group", batch=5)["messages"]] == ["old", "fresh"]
 
 
-def test_auto_ack_commits_at_delivery(http):
+def test_auto_ack_commits_at_delivery(api):
     q = uniq("auto")
-    push(http, q, [1, 2])
-    ans = pop(http, q, autoAck="true", batch=1)
+    api.push(q, [1, 2])
+    ans = api.pop(q, autoAck="true", batch=1)
     assert ans["leaseId"] == "" and ans["messages"][0]["leaseId"] == ""
-    assert [m["data"] for m in pop(http, q, autoAck="true", batch=5)["messages"]] == [2]
-    assert pop(http, q) is None
+    assert [m["data"] for m in api.pop(q, autoAck="true", batch=5)["messages"]] == [2]
+    assert api.pop(q) is None
 
 
-def test_long_poll_is_woken_by_a_push(http, broker):
+def test_long_poll_is_woken_by_a_push(http, broker, api):
     q = uniq("wake")
-    push(http, q, ["prime"])
-    ack_all(http, pop(http, q)["messages"])
+    api.push(q, ["prime"])
+    api.ack_all(api.pop(q)["messages"])
     out = {}
 
     def waiter():
@@ -160,7 +134,7 @@ def test_long_poll_is_woken_by_a_push(http, broker):
     th.start()
     time.sleep(0.4)  # the waiter is parked by now
     pushed = time.perf_counter()
-    push(http, q, ["hello"])
+    api.push(q, ["hello"])
     th.join(15)
     assert out["status"] == 200 and out["body"]["messages"][0]["data"] == "hello"
     assert out["t"] - pushed < 1.0, f"woke {out['t'] - pushed:.3f}s after the push"
@@ -181,11 +155,11 @@ def test_long_poll_times_out_with_204(http):
     assert 0.25 < time.perf_counter() - t0 < 5
 
 
-def test_lease_expiry_redelivers_and_old_lease_is_refused(http):
+def test_lease_expiry_redelivers_and_old_lease_is_refused(http, api):
     q = uniq("expire")
-    configure(http, q, leaseTime=1, retryLimit=5)
-    push(http, q, ["m1", "m2"])
-    first = pop(http, q, batch=10)["messages"]
+    api.configure(q, leaseTime=1, retryLimit=5)
+    api.push(q, ["m1", "m2"])
+    first = api.pop(q, batch=10)["messages"]
     assert [m["deliveryAttempt"] for m in first] == [1, 1]
     # the redelivery is found by a waiting pop when the lease runs out (no push needed)
     t0 = time.perf_counter()
@@ -193,23 +167,23 @@ def test_lease_expiry_redelivers_and_old_lease_is_refused(http):
     assert time.perf_counter() - t0 < 3
     assert [m["data"] for m in again] == ["m1", "m2"] and [m["deliveryAttempt"] for m in again] == [2, 2]
     assert again[0]["leaseId"] != first[0]["leaseId"]
-    stale = ack_all(http, first)
+    stale = api.ack_all(first)
     assert stale[0]["success"] is False and stale[0]["error"] == "Invalid or expired lease"
-    assert all(r["success"] for r in ack_all(http, again))
-    assert pop(http, q) is None
+    assert all(r["success"] for r in api.ack_all(again))
+    assert api.pop(q) is None
 
 
-def test_lease_extend(http):
+def test_lease_extend(http, api):
     q = uniq("ext")
-    configure(http, q, leaseTime=1)
-    push(http, q, ["x"])
-    ans = pop(http, q)
+    api.configure(q, leaseTime=1)
+    api.push(q, ["x"])
+    ans = api.pop(q)
     r = http.post(f"/api/v1/lease/{ans['leaseId']}/extend")  # no body, no content type: like the client
     assert r.status_code == 200
     body = r.json()
     assert body["success"] is True and body["renewed"] == 1 and body["newExpiresAt"] == body["expiresAt"]
     time.sleep(1.2)
-    assert pop(http, q) is None  # still leased thanks to the extension
+    assert api.pop(q) is None  # still leased thanks to the extension
     for bogus in ("not-a-lease", "8d3b4c1e-7d0a-4f55-9a8e-3d2c1b0a9f8e"):
         r = http.post(f"/api/v1/lease/{bogus}/extend")
         assert r.status_code == 200 and r.json()["success"] is False and r.json()["error"]
@@ -237,12 +211,12 @@ def test_long_poll_ends_promptly_when_the_worker_drains(start_broker):
     assert out["t"] - t0 < 3
 
 
-def test_pop_by_namespace_and_task(http):
+def test_pop_by_namespace_and_task(http, api):
     ns = uniq("ns")
     quiet, busy = uniq("quiet"), uniq("busy")
     for q in (quiet, busy):
         assert http.post("/api/v1/configure", json={"queue": q, "namespace": ns, "task": "t1"}).status_code == 200
-    push(http, busy, ["work"])
+    api.push(busy, ["work"])
     r = http.get("/api/v1/pop", params={"namespace": ns, "task": "t1", "wait": "false"})
     assert r.status_code == 200 and r.json()["queue"] == busy and r.json()["messages"][0]["data"] == "work"
     assert http.get("/api/v1/pop", params={"namespace": uniq("none"), "wait": "false"}).status_code == 204

@@ -6,32 +6,17 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-import asyncpg
 import pytest
 from conftest import run_sync, uniq
+from helpers import db_fetch
 
 DEFAULTS = {"leaseTime": 300, "retryLimit": 3, "priority": 0, "delayedProcessing": 0, "windowBuffer": 0, "maxSize": 0,
             "retentionSeconds": 0, "completedRetentionSeconds": 0, "encryptionEnabled": False}
 
 
-def push(http, items):
-    return http.post("/api/v1/push", json={"items": items})
-
-
-def db_fetch(broker, sql, *args):
-    async def go():
-        conn = await asyncpg.connect(broker.dsn)
-        try:
-            return await conn.fetch(sql, *args)
-        finally:
-            await conn.close()
-
-    return run_sync(go())
-
-
-def test_push_answers_201_one_object_per_item_in_order(http):
+def test_push_answers_201_one_object_per_item_in_order(api):
     q = uniq("push")
-    r = push(http, [{"queue": q, "partition": "p1", "payload": {"n": i}, "transactionId": f"t{i}"} for i in range(3)])
+    r = api.push_items([{"queue": q, "partition": "p1", "payload": {"n": i}, "transactionId": f"t{i}"} for i in range(3)])
     assert r.status_code == 201
     body = r.json()
     assert [x["index"] for x in body] == [0, 1, 2]
@@ -43,17 +28,17 @@ def test_push_answers_201_one_object_per_item_in_order(http):
     assert len({x["partition_id"] for x in body}) == 1
 
 
-def test_duplicates_inside_one_request_and_across_requests(http):
+def test_duplicates_inside_one_request_and_across_requests(http, api):
     q = uniq("dup")
-    first = push(http, [{"queue": q, "payload": 1, "transactionId": "a"}, {"queue": q, "payload": 2, "transactionId": "a"},
+    first = api.push_items([{"queue": q, "payload": 1, "transactionId": "a"}, {"queue": q, "payload": 2, "transactionId": "a"},
                         {"queue": q, "payload": 3, "transactionId": "b"}]).json()
     assert [x["status"] for x in first] == ["queued", "duplicate", "queued"]
     assert first[1]["message_id"] == first[0]["message_id"]
-    again = push(http, [{"queue": q, "payload": 9, "transactionId": "b"}, {"queue": q, "payload": 9, "transactionId": "c"}]).json()
+    again = api.push_items([{"queue": q, "payload": 9, "transactionId": "b"}, {"queue": q, "payload": 9, "transactionId": "c"}]).json()
     assert [x["status"] for x in again] == ["duplicate", "queued"]
     assert again[0]["message_id"] == first[2]["message_id"]
     # same txn in another partition is a different message
-    other = push(http, [{"queue": q, "partition": "other", "payload": 1, "transactionId": "a"}]).json()
+    other = api.push_items([{"queue": q, "partition": "other", "payload": 1, "transactionId": "a"}]).json()
     assert other[0]["status"] == "queued"
     # the duplicate did not overwrite: pop sees 1, 3, 9 in order
     msgs = http.get(f"/api/v1/pop/queue/{q}/partition/Default?batch=10&wait=false").json()["messages"]
@@ -61,9 +46,9 @@ def test_duplicates_inside_one_request_and_across_requests(http):
     assert [m["offset"] for m in msgs] == [1, 2, 3]
 
 
-def test_broker_mints_transaction_id_and_stamps_producer_sub(http):
+def test_broker_mints_transaction_id_and_stamps_producer_sub(http, api):
     q = uniq("mint")
-    r = push(http, [{"queue": q, "payload": None}]).json()[0]
+    r = api.push_items([{"queue": q, "payload": None}]).json()[0]
     assert r["transaction_id"] == r["message_id"]
     found = http.get("/api/v1/messages/lookup", params={"queue": q, "txn": r["transaction_id"]}).json()
     assert found["found"] is True and found["producerSub"] == "anonymous"
@@ -73,9 +58,9 @@ def test_broker_mints_transaction_id_and_stamps_producer_sub(http):
 
 
 @pytest.mark.parametrize("field", ["producerSub", "messageId", "tenant", "_secret", "_"])
-def test_server_owned_fields_are_refused(http, field):
+def test_server_owned_fields_are_refused(http, field, api):
     q = uniq("owned")
-    r = push(http, [{"queue": q, "payload": 1}, {"queue": q, "payload": 2, field: "x"}])
+    r = api.push_items([{"queue": q, "payload": 1}, {"queue": q, "payload": 2, field: "x"}])
     assert r.status_code == 400
     body = r.json()
     assert body["error"] == "bad_request" and body["reason"] == "server_owned_field" and body["field"] == field
@@ -117,24 +102,24 @@ def test_garbage_push_is_400_with_envelope(http, body):
     assert set(env) >= {"error", "reason", "detail"}
 
 
-def test_empty_items_is_201_empty_array(http):
-    r = push(http, [])
+def test_empty_items_is_201_empty_array(api):
+    r = api.push_items([])
     assert r.status_code == 201 and r.json() == []
 
 
-def test_payload_over_plan_limit_is_413_and_writes_nothing(http):
+def test_payload_over_plan_limit_is_413_and_writes_nothing(http, api):
     q = uniq("big")
-    r = push(http, [{"queue": q, "payload": "x" * (1024 * 1024 + 10)}])
+    r = api.push_items([{"queue": q, "payload": "x" * (1024 * 1024 + 10)}])
     assert r.status_code == 413
     assert r.json()["error"] == "payload_too_large"
     assert http.get(f"/api/v1/pop/queue/{q}?wait=false").status_code == 204
 
 
-def test_large_payload_stored_zstd_and_round_trips(http, broker):
+def test_large_payload_stored_zstd_and_round_trips(http, broker, api):
     q = uniq("zstd")
     doc = {"rows": [{"id": i, "name": "customer", "tags": ["a", "b"]} for i in range(300)]}
-    r = push(http, [{"queue": q, "payload": doc}, {"queue": q, "payload": {"small": True}}]).json()
-    rows = db_fetch(broker, "SELECT codec, length(payload) AS n FROM queen_messages WHERE id = ANY($1::uuid[]) ORDER BY seq",
+    r = api.push_items([{"queue": q, "payload": doc}, {"queue": q, "payload": {"small": True}}]).json()
+    rows = db_fetch(broker.dsn, "SELECT codec, length(payload) AS n FROM queen_messages WHERE id = ANY($1::uuid[]) ORDER BY seq",
                     [uuid.UUID(x["message_id"]) for x in r])
     assert rows[0]["codec"] == 1 and rows[0]["n"] < 2000
     assert rows[1]["codec"] == 0
@@ -172,9 +157,9 @@ def test_configure_encryption_without_keys_is_refused(http):
     assert r.status_code == 400 and r.json()["reason"] == "encryption_unavailable"
 
 
-def test_delete_queue_and_delete_of_missing_queue_is_404(http):
+def test_delete_queue_and_delete_of_missing_queue_is_404(http, api):
     q = uniq("del")
-    push(http, [{"queue": q, "payload": 1}])
+    api.push_items([{"queue": q, "payload": 1}])
     assert http.get(f"/api/v1/resources/queues/{q}").json()["partitions"][0]["messages"] == 1
     r = http.delete(f"/api/v1/resources/queues/{q}")
     assert r.status_code == 200 and r.json() == {"deleted": True, "queue": q}
@@ -185,9 +170,9 @@ def test_delete_queue_and_delete_of_missing_queue_is_404(http):
     assert http.get(f"/api/v1/resources/queues/{q}").status_code == 404
 
 
-def test_lookup_and_message_get(http):
+def test_lookup_and_message_get(http, api):
     q = uniq("look")
-    r = push(http, [{"queue": q, "partition": "pp", "payload": {"k": 1}, "transactionId": "tx-1",
+    r = api.push_items([{"queue": q, "partition": "pp", "payload": {"k": 1}, "transactionId": "tx-1",
                      "traceId": "5b0c9f4e-2f7c-4a52-9a3e-0f6c1d2e3f40"}]).json()[0]
     miss = http.get("/api/v1/messages/lookup", params={"queue": q, "txn": "nope"}).json()
     assert miss == {"found": False, "queue": q, "transactionId": "nope"}
@@ -215,6 +200,6 @@ def test_concurrent_pushes_to_one_partition_get_gapless_offsets(broker):
             ])
 
     run_sync(go())
-    rows = db_fetch(broker, "SELECT m.seq FROM queen_messages m JOIN queen_partitions p ON p.id = m.partition_id "
+    rows = db_fetch(broker.dsn, "SELECT m.seq FROM queen_messages m JOIN queen_partitions p ON p.id = m.partition_id "
                             "WHERE p.queue = $1 ORDER BY m.seq", q)
     assert [r["seq"] for r in rows] == list(range(1, 201))

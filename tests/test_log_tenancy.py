@@ -5,23 +5,17 @@ from __future__ import annotations
 
 import httpx
 from conftest import uniq
-
-from broker.auth import mint
+from helpers import authed
 
 SECRET = "log-tenancy-secret"
-
-
-def client(b, tenant, sub, grants):
-    token = mint(tenant=tenant, sub=sub, grants=grants, secret=SECRET)
-    return httpx.Client(base_url=b.url, timeout=30, headers={"Authorization": f"Bearer {token}"})
 
 
 def test_tenants_are_isolated_and_grants_enforced(start_broker):
     b = start_broker(env={"QUEEN_JWT_SECRET": SECRET}, workers=1)
     q = uniq("iso")
-    with client(b, "acme", "billing-svc", ["produce", "consume"]) as a, \
-            client(b, "globex", "intruder", ["produce", "consume", "admin"]) as g, \
-            client(b, "acme", "reader", ["consume"]) as reader:
+    with authed(SECRET, b, "acme", "billing-svc", ["produce", "consume"]) as a, \
+            authed(SECRET, b, "globex", "intruder", ["produce", "consume", "admin"]) as g, \
+            authed(SECRET, b, "acme", "reader", ["consume"]) as reader:
         r = a.post("/api/v1/push", json={"items": [{"queue": q, "payload": {"x": 1}, "transactionId": "t1"}]})
         assert r.status_code == 201
         pid = r.json()[0]["partition_id"]

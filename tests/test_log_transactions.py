@@ -8,33 +8,13 @@ import time
 import uuid
 
 from conftest import uniq
+from helpers import ack_op
 
 
-def push(http, q, payloads, partition="Default"):
-    r = http.post("/api/v1/push", json={"items": [{"queue": q, "partition": partition, "payload": p} for p in payloads]})
-    assert r.status_code == 201, r.text
-    return r.json()
-
-
-def pop(http, q, **params):
-    params.setdefault("wait", "false")
-    r = http.get(f"/api/v1/pop/queue/{q}", params=params)
-    return r.json()["messages"] if r.status_code == 200 else []
-
-
-def found(http, q, txn):
-    return http.get("/api/v1/messages/lookup", params={"queue": q, "txn": txn}).json()["found"]
-
-
-def ack_op(m, **kw):
-    return {"type": "ack", "transactionId": m["transactionId"], "partitionId": m["partitionId"], "status": "completed",
-            "leaseId": m["leaseId"], **kw}
-
-
-def test_ack_and_push_commit_together_with_flat_results(http):
+def test_ack_and_push_commit_together_with_flat_results(http, api):
     src, dst = uniq("src"), uniq("dst")
-    push(http, src, ["in"])
-    m = pop(http, src)[0]
+    api.push(src, ["in"])
+    m = api.messages(src)[0]
     body = {"operations": [
         {"type": "push", "items": [{"queue": dst, "payload": 1, "transactionId": "o1"},
                                    {"queue": dst, "partition": "p", "payload": 2, "transactionId": "o2"}]},
@@ -46,8 +26,8 @@ def test_ack_and_push_commit_together_with_flat_results(http):
     assert out["success"] is True and [x["index"] for x in out["results"]] == [0, 1, 2]
     assert [x["type"] for x in out["results"]] == ["push", "push", "ack"]
     assert out["results"][0]["status"] == "queued" and out["results"][2]["success"] is True
-    assert found(http, dst, "o1") and found(http, dst, "o2")
-    assert pop(http, src) == []
+    assert api.found(dst, "o1") and api.found(dst, "o2")
+    assert api.messages(src) == []
     # the lease ended with the ack, so naming it as required now fails and changes nothing...
     assert http.post("/api/v1/transaction", json=body).json()["success"] is False
     # ...while a re-sent bundle is idempotent for its pushes (same transactionIds) and its ack (already done)
@@ -55,10 +35,10 @@ def test_ack_and_push_commit_together_with_flat_results(http):
     assert again["success"] is True and again["results"][0]["status"] == "duplicate"
 
 
-def test_a_failing_ack_rolls_back_the_whole_bundle(http):
+def test_a_failing_ack_rolls_back_the_whole_bundle(http, api):
     src, dst = uniq("src"), uniq("dst")
-    push(http, src, ["a", "b"])
-    m1, m2 = pop(http, src, batch=2)
+    api.push(src, ["a", "b"])
+    m1, m2 = api.messages(src, batch=2)
     body = {"operations": [
         ack_op(m1),
         {"type": "push", "items": [{"queue": dst, "payload": "x", "transactionId": "must-not-exist"}]},
@@ -68,26 +48,26 @@ def test_a_failing_ack_rolls_back_the_whole_bundle(http):
     assert r.status_code == 200
     out = r.json()
     assert out["success"] is False and out["error"] == "Invalid or expired lease" and out["failedIndex"] == 2
-    assert not found(http, dst, "must-not-exist")
+    assert not api.found(dst, "must-not-exist")
     # m1's ack was rolled back too: m1 and m2 are still leased, and acking both now works
     res = http.post("/api/v1/ack/batch", json={"acknowledgments": [
         {k: m[k] for k in ("transactionId", "partitionId", "leaseId")} | {"status": "completed"} for m in (m1, m2)]}).json()
     assert [x["success"] for x in res] == [True, True]
 
 
-def test_required_lease_that_is_not_live_refuses_the_bundle(http):
+def test_required_lease_that_is_not_live_refuses_the_bundle(http, api):
     dst = uniq("dst")
     body = {"operations": [{"type": "push", "items": [{"queue": dst, "payload": 1, "transactionId": "t"}]}],
             "requiredLeases": [str(uuid.uuid4())]}
     out = http.post("/api/v1/transaction", json=body).json()
     assert out["success"] is False and out["reason"] == "lease_invalid"
-    assert not found(http, dst, "t")
+    assert not api.found(dst, "t")
 
 
-def test_single_required_lease_is_lent_to_an_ack_without_one(http):
+def test_single_required_lease_is_lent_to_an_ack_without_one(http, api):
     src = uniq("lend")
-    push(http, src, ["x"])
-    m = pop(http, src)[0]
+    api.push(src, ["x"])
+    m = api.messages(src)[0]
     op = ack_op(m)
     del op["leaseId"]
     out = http.post("/api/v1/transaction", json={"operations": [op], "requiredLeases": [m["leaseId"]]}).json()
@@ -99,20 +79,20 @@ def test_empty_operations_are_legal(http):
     assert r.status_code == 200 and r.json()["success"] is True and r.json()["results"] == []
 
 
-def test_transaction_push_items_carry_deadlines(http, broker):
+def test_transaction_push_items_carry_deadlines(http, broker, api):
     q = uniq("txdl")
     body = {"operations": [{"type": "push", "items": [{"queue": q, "payload": "late", "deadlineMs": 1},
                                                        {"queue": q, "payload": "fine", "deadlineMs": 60_000}]}]}
     assert http.post("/api/v1/transaction", json=body).json()["success"] is True
     time.sleep(0.05)
-    assert [m["data"] for m in pop(http, q, batch=5)] == ["fine"]
+    assert [m["data"] for m in api.messages(q, batch=5)] == ["fine"]
     dlq = http.get("/api/v1/dlq", params={"queue": q}).json()
     assert dlq["total"] == 1 and dlq["messages"][0]["errorMessage"] == "deadline_exceeded"
     bad = {"operations": [{"type": "push", "items": [{"queue": q, "payload": 1, "deadlineMs": 0}]}]}
     assert http.post("/api/v1/transaction", json=bad).status_code == 400
 
 
-def test_malformed_bundles_are_400_and_change_nothing(http):
+def test_malformed_bundles_are_400_and_change_nothing(http, api):
     q = uniq("badtx")
     bodies = [
         {"operations": "x"},
@@ -127,4 +107,4 @@ def test_malformed_bundles_are_400_and_change_nothing(http):
         r = http.post("/api/v1/transaction", json=body)
         assert r.status_code == 400, body
         assert r.json()["reason"]
-    assert pop(http, q) == []
+    assert api.messages(q) == []

@@ -1,41 +1,28 @@
-"""Metering: usage per tenant per period, per operation and never per call (seeds/timer-routes.md
-"Metering"): a pushed message 1, a schedule 1, a reschedule 1, a cancel 0 (no refund), a fire 0, KV ops 1
+"""Metering: usage per tenant per period, per operation and never per call (docs/timer-routes.md
+§13 "Metering", docs/decisions.md §5): a pushed message 1, a schedule 1, a reschedule 1, a cancel 0 (no refund), a fire 0, KV ops 1
 each; nothing for a rolled-back call. One dedicated broker with auth on, so each test owns a tenant."""
 
 from __future__ import annotations
 
-import base64
 import time
-import uuid
+from functools import partial
 
 import asyncpg
-import httpx
 import pytest
 from conftest import run_sync, uniq
+from helpers import authed, dedicated_broker, timer_op
 
 from broker import metering
-from broker.auth import mint
-from broker.localserver import LocalBroker
 
 SECRET = "metering-test-secret"
+sched = partial(timer_op, delay=600_000, payload=b'{"x": 1}')
 
 
 @pytest.fixture(scope="module")
 def lb(pg, tmp_path_factory):
-    b = LocalBroker(
-        dsn=pg.new_db(),
-        workers=2,
-        env={"QUEEN_JWT_SECRET": SECRET, "QUEEN_SWEEPER_MAX_SLEEP_MS": "100", "QUEEN_PERIOD_SECONDS": "86400"},
-        log_path=tmp_path_factory.mktemp("metering") / "broker.log",
-    )
-    b.start()
-    yield b
-    b.stop()
-
-
-def client(lb, tenant, grants=("produce", "consume")):
-    token = mint(tenant=tenant, sub="svc", grants=list(grants), secret=SECRET)
-    return httpx.Client(base_url=lb.url, timeout=30, headers={"Authorization": f"Bearer {token}"})
+    env = {"QUEEN_JWT_SECRET": SECRET, "QUEEN_SWEEPER_MAX_SLEEP_MS": "100", "QUEEN_PERIOD_SECONDS": "86400"}
+    with dedicated_broker(pg, tmp_path_factory, "metering", env) as b:
+        yield b
 
 
 def usage(c):
@@ -44,14 +31,9 @@ def usage(c):
     return r.json()
 
 
-def sched(queue, key, op="schedule", delay_ms=600_000):
-    return {"op": op, "queue": queue, "timerKey": key, "delayMs": delay_ms, "txn": uuid.uuid4().hex,
-            "payload": base64.b64encode(b'{"x": 1}').decode()}
-
-
 def test_a_256_op_timer_batch_meters_exactly_256(lb):
     t = uniq("m")
-    with client(lb, t) as c:
+    with authed(SECRET, lb, t) as c:
         assert usage(c)["messages"] == 0
         r = c.post("/api/v1/timers", json={"operations": [sched("q", f"k{i}") for i in range(256)]})
         assert r.status_code == 200, r.text
@@ -62,7 +44,7 @@ def test_a_256_op_timer_batch_meters_exactly_256(lb):
 
 def test_reschedule_counts_cancel_and_fire_do_not(lb):
     t = uniq("m")
-    with client(lb, t) as c:
+    with authed(SECRET, lb, t) as c:
         c.post("/api/v1/timers", json={"operations": [sched("q", "a"), sched("q", "b")]})
         assert usage(c)["messages"] == 2
         r = c.post("/api/v1/timers", json={"operations": [sched("q", "a", op="reschedule"), sched("q", "b"),
@@ -75,7 +57,7 @@ def test_reschedule_counts_cancel_and_fire_do_not(lb):
         u = usage(c)
         assert u["messages"] == 4 and u["timersPending"] == 0
         # a fire: 0 (billed at schedule)
-        c.post("/api/v1/timers", json={"operations": [sched("fq", "now", delay_ms=0)]})
+        c.post("/api/v1/timers", json={"operations": [sched("fq", "now", delay=0)]})
         assert usage(c)["messages"] == 5
         deadline = time.monotonic() + 10
         while c.get("/api/v1/timers/fq/now").json().get("found") and time.monotonic() < deadline:
@@ -88,7 +70,7 @@ def test_reschedule_counts_cancel_and_fire_do_not(lb):
 
 def test_push_meters_each_message_not_duplicates(lb):
     t, q = uniq("m"), uniq("q")
-    with client(lb, t) as c:
+    with authed(SECRET, lb, t) as c:
         items = [{"queue": q, "partition": "p", "payload": {"i": i}, "transactionId": f"t{i}"} for i in range(7)]
         r = c.post("/api/v1/push", json={"items": items})
         assert r.status_code in (200, 201)
@@ -100,7 +82,7 @@ def test_push_meters_each_message_not_duplicates(lb):
 
 def test_kv_ops_meter_per_op_and_aborted_calls_meter_nothing(lb):
     t = uniq("m")
-    with client(lb, t) as c:
+    with authed(SECRET, lb, t) as c:
         ops = [{"op": "put", "ns": "n", "key": f"k{i}", "value": i, "forever": True} for i in range(5)]
         ops.append({"op": "getMany", "ns": "n", "keys": ["k0", "k1", "k2"]})
         assert c.post("/api/v1/kv", json={"operations": ops}).status_code == 200
@@ -122,7 +104,7 @@ def test_kv_ops_meter_per_op_and_aborted_calls_meter_nothing(lb):
 
 def test_usage_is_per_tenant_and_admin_sees_all(lb):
     a, b = uniq("ma"), uniq("mb")
-    with client(lb, a) as ca, client(lb, b) as cb, client(lb, "ops", ("admin",)) as admin:
+    with authed(SECRET, lb, a) as ca, authed(SECRET, lb, b) as cb, authed(SECRET, lb, "ops", grants=("admin",)) as admin:
         ca.post("/api/v1/kv", json={"operations": [{"op": "get", "ns": "n", "key": "k"}]})
         cb.post("/api/v1/kv", json={"operations": [{"op": "get", "ns": "n", "key": "k"}] * 3})
         assert usage(ca)["kvOps"] == 1 and usage(cb)["kvOps"] == 3

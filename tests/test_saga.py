@@ -1,4 +1,4 @@
-"""The saga of seeds/timer-routes.md, end to end with the official client against the shared broker.
+"""The saga of docs/timer-routes.md §10, end to end with the official client against the shared broker.
 
 A saga opens by writing its state to KV and scheduling a compensation timer in ONE transaction. The
 closing bundle writes the final state (fenced by the version it read) and cancels the compensation
@@ -10,17 +10,9 @@ compensates only under a fence on that state, in the same transaction as its ack
 
 from __future__ import annotations
 
-import asyncio
-
-import pytest
 from conftest import uniq
+from helpers import await_delivered
 from queen import Queen
-
-
-@pytest.fixture
-async def client(broker):
-    async with Queen(broker.url) as q:
-        yield q
 
 
 class Saga:
@@ -73,34 +65,23 @@ class Saga:
         return [m["data"] for m in await self.client.queue(self.inventory_q).batch(10).wait(False).pop()]
 
 
-async def wait_delivered(client: Queen, queue: str, txn: str, timeout: float = 10.0) -> None:
-    http = client._http_client  # no client API for a lookup; the broker's lookup route
-    deadline = asyncio.get_running_loop().time() + timeout
-    while asyncio.get_running_loop().time() < deadline:
-        body = await http.get(f"/api/v1/messages/lookup?queue={queue}&txn={txn}")
-        if body and body.get("found"):
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"compensation {txn} was not delivered")
-
-
-async def test_closing_bundle_cancels_the_compensation_with_the_state_write(client):
-    saga = Saga(client)
+async def test_closing_bundle_cancels_the_compensation_with_the_state_write(queen_client):
+    saga = Saga(queen_client)
     v = await saga.open("order-1", compensate_after_ms=60_000)
     res = await saga.close("order-1", v)
     assert res and res["success"] is True
     kv_res, timer_res = res["results"]
     assert kv_res["applied"] and timer_res["status"] == "cancelled" and timer_res["ok"] is True
     assert await saga.state("order-1") == "shipped"
-    assert not await client.timers.peek(saga.comp_q, "order-1/compensate")
+    assert not await queen_client.timers.peek(saga.comp_q, "order-1/compensate")
     assert await saga.compensation_consumer() == []
 
 
-async def test_timer_fired_5ms_before_the_cancel(client):
-    saga = Saga(client)
+async def test_timer_fired_5ms_before_the_cancel(queen_client):
+    saga = Saga(queen_client)
     v = await saga.open("order-2", compensate_after_ms=0)
     # the compensation fires before the closing bundle gets there
-    await wait_delivered(client, saga.comp_q, "comp-order-2")
+    await await_delivered(queen_client, saga.comp_q, "comp-order-2", interval=0.02, what="compensation comp-order-2 was not delivered")
     res = await saga.close("order-2", v)
     # the bundle succeeds: the state is written, and the cancel answers absent, which is NOT a success
     assert res and res["success"] is True
@@ -115,10 +96,10 @@ async def test_timer_fired_5ms_before_the_cancel(client):
     assert await saga.compensation_consumer() == []  # acked: not delivered again
 
 
-async def test_compensation_first_fences_out_the_closing_bundle(client):
-    saga = Saga(client)
+async def test_compensation_first_fences_out_the_closing_bundle(queen_client):
+    saga = Saga(queen_client)
     v = await saga.open("order-3", compensate_after_ms=0)
-    await wait_delivered(client, saga.comp_q, "comp-order-3")
+    await await_delivered(queen_client, saga.comp_q, "comp-order-3", interval=0.02, what="compensation comp-order-3 was not delivered")
     assert await saga.compensation_consumer() == ["compensated"]
     assert await saga.released() == [{"release": "order-3"}]
     # the late closing bundle loses its fence: the whole bundle is rolled back and returned, not raised

@@ -46,6 +46,15 @@ async def schedule(conn: asyncpg.Connection, tenant: str, queue: str, keys: list
     )
 
 
+async def faulty_timer(db: tuple[str, asyncpg.Connection], fault: str, count: int, ms: int,
+                       **sweeper_kw: object) -> tuple[asyncpg.Connection, Sweeper]:
+    """Timer t1/q/k due now whose next ``count`` fires meet the injected ``fault``, and a sweeper."""
+    dsn, conn = db
+    await schedule(conn, "t1", "q", ["k"])
+    await conn.execute(Q.timers_fault_set, "t1", "q", fault, count, ms)
+    return conn, sweeper(dsn, **sweeper_kw)
+
+
 async def make_due(conn: asyncpg.Connection) -> None:
     await conn.execute("UPDATE queen_timers SET due_at = now() - interval '1 ms' WHERE claim_token IS NULL")
 
@@ -168,10 +177,7 @@ async def test_permanent_failures_back_off_then_go_to_the_dlq(db):
 
 
 async def test_backoff_grows_exponentially_and_transient_failures_cost_no_attempt(db):
-    dsn, conn = db
-    await schedule(conn, "t1", "q", ["k"])
-    await conn.execute(Q.timers_fault_set, "t1", "q", "transient", 3, 0)
-    sw = sweeper(dsn, backoff_base_ms=1000)
+    conn, sw = await faulty_timer(db, "transient", 3, 0, backoff_base_ms=1000)
     gaps = []
     for _ in range(3):
         out = await sw.run_once()
@@ -359,10 +365,8 @@ async def test_notify_wakes_a_sleeping_sweeper(db):
 
 
 async def test_drain_hands_back_held_claims(db):
-    dsn, conn = db
-    await schedule(conn, "t1", "q", ["k"])
-    await conn.execute(Q.timers_fault_set, "t1", "q", "stall", 1, 60_000)
-    sw = sweeper(dsn, lease_ms=60_000)
+    dsn, _ = db
+    conn, sw = await faulty_timer(db, "stall", 1, 60_000, lease_ms=60_000)
     task = asyncio.get_running_loop().create_task(sw.run())
     for _ in range(200):
         if (await conn.fetchrow(Q.timers_peek, "t1", "q", "k"))["claimed"]:

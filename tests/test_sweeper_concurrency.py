@@ -1,23 +1,17 @@
-"""No leader (issue 5): the sweepers of both workers of one ``queen serve`` claim and fire at the same
+"""No leader (docs/decisions.md §3): the sweepers of both workers of one ``queen serve`` claim and fire at the same
 time, each partition stays in deliverAt order, and every worker's own fired count shows in
 ``queen_sweeper_fired{pid=...}``."""
 
 from __future__ import annotations
 
-import base64
 import re
 import time
 
 import httpx
 from conftest import uniq
-from test_sweeper_crash import frames, sql, wait_for
+from helpers import db_fetch, frames, timer_op, wait_for
 
 ENV = {"QUEEN_TEST_HOOKS": "1", "QUEEN_SWEEPER_BATCH": "8", "QUEEN_SWEEPER_MAX_SLEEP_MS": "200"}
-
-
-def op(queue: str, key: str, txn: str, delay: int, partition: str, i: int) -> dict:
-    return {"op": "schedule", "queue": queue, "timerKey": key, "txn": txn, "delayMs": delay, "partition": partition,
-            "payload": base64.b64encode(b'{"i": %d}' % i).decode()}
 
 
 def fired_by_pid(c: httpx.Client) -> dict[int, float]:
@@ -34,25 +28,25 @@ def test_both_workers_fire_at_once_and_each_partition_keeps_deliver_at_order(sta
         #    nothing else could fire meanwhile; here the other worker's sweeper fires the whole burst.
         assert c.post("/api/v1/test/timers/fail",
                       json={"queue": stalled, "count": 1, "class": "stall", "ms": 4_000}).status_code == 200
-        r = c.post("/api/v1/timers", json={"operations": [op(stalled, "s", uniq("txn"), 0, "S", 0)]})
+        r = c.post("/api/v1/timers", json={"operations": [timer_op(stalled, "s", uniq("txn"), delay=0, partition="S", payload=b'{"i": 0}')]})
         assert r.status_code == 200
-        claim = wait_for(lambda: sql(b.dsn, "SELECT claimed_by FROM queen_timers WHERE queue = $1 "
+        claim = wait_for(lambda: db_fetch(b.dsn, "SELECT claimed_by FROM queen_timers WHERE queue = $1 "
                                             "AND claim_token IS NOT NULL AND claimed_until > now()", stalled),
                          10, "the stalled timer claimed")
         staller = int(claim[0]["claimed_by"].rsplit(":", 1)[1])
         # a burst across partitions; within each partition deliverAt is distinct and the keys are
         # scheduled in reverse deliverAt order, so neither key nor schedule order can stand in for it
-        ops = [op(burst, f"p{p:02}-k{i}", f"{burst}-p{p:02}-{i}", 300 + 15 * i, f"P{p:02}", i)
+        ops = [timer_op(burst, f"p{p:02}-k{i}", f"{burst}-p{p:02}-{i}", delay=300 + 15 * i, partition=f"P{p:02}", payload=b'{"i": %d}' % i)
                for p in range(parts) for i in reversed(range(per))]
         t0 = time.monotonic()
         assert c.post("/api/v1/timers", json={"operations": ops}).status_code == 200
-        wait_for(lambda: sql(b.dsn, "SELECT count(*) = $2 AS ok FROM queen_messages WHERE txn LIKE $1 || '%'",
+        wait_for(lambda: db_fetch(b.dsn, "SELECT count(*) = $2 AS ok FROM queen_messages WHERE txn LIKE $1 || '%'",
                              burst, parts * per)[0]["ok"], 10, "the burst fired")
         assert time.monotonic() - t0 < 3.5
         # ... all of it while the stalled claim was still live, by the other worker
-        assert sql(b.dsn, "SELECT count(*) AS n FROM queen_timers WHERE queue = $1 AND claim_token IS NOT NULL",
+        assert db_fetch(b.dsn, "SELECT count(*) AS n FROM queen_timers WHERE queue = $1 AND claim_token IS NOT NULL",
                    stalled)[0]["n"] == 1
-        rows = sql(b.dsn, "SELECT p.name AS partition, m.payload FROM queen_messages m "
+        rows = db_fetch(b.dsn, "SELECT p.name AS partition, m.payload FROM queen_messages m "
                           "JOIN queen_partitions p ON p.tenant = m.tenant AND p.id = m.partition_id "
                           "WHERE p.queue = $1 ORDER BY p.name, m.seq", burst)
         order: dict[str, list[int]] = {}
@@ -60,7 +54,7 @@ def test_both_workers_fire_at_once_and_each_partition_keeps_deliver_at_order(sta
             order.setdefault(row["partition"], []).append(int(row["payload"].decode().split(":")[1].strip(" }")))
         assert len(order) == parts and all(v == list(range(per)) for v in order.values())
         # 2. The stall ends and the staller fires its own timer: both workers fired, per-pid series say so.
-        wait_for(lambda: sql(b.dsn, "SELECT count(*) AS n FROM queen_messages m JOIN queen_partitions p "
+        wait_for(lambda: db_fetch(b.dsn, "SELECT count(*) AS n FROM queen_messages m JOIN queen_partitions p "
                                     "ON p.tenant = m.tenant AND p.id = m.partition_id WHERE p.queue = $1",
                              stalled)[0]["n"] == 1, 10, "the stalled timer fired after its stall")
         counts = wait_for(lambda: (f := fired_by_pid(c)) and len([v for v in f.values() if v > 0]) >= 2 and f,

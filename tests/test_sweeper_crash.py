@@ -3,53 +3,24 @@ a broker drained with SIGTERM while holding a claim, and two brokers sharing one
 
 from __future__ import annotations
 
-import base64
 import os
 import signal
 import time
 import uuid
+from functools import partial
 
-import asyncpg
 import httpx
-from conftest import run_sync, uniq
+from conftest import uniq
+from helpers import db_fetch, frames, timer_op, wait_for
 
 HOOKS = {"QUEEN_TEST_HOOKS": "1", "QUEEN_SWEEPER_MAX_SLEEP_MS": "200"}
-
-
-def sched(queue: str, key: str, txn: str, delay: int = 0) -> dict:
-    return {"op": "schedule", "queue": queue, "timerKey": key, "txn": txn, "delayMs": delay,
-            "payload": base64.b64encode(b'{"crash": "test"}').decode()}
-
-
-def sql(dsn: str, query: str, *args):  # noqa: ANN201
-    async def go():  # noqa: ANN202
-        conn = await asyncpg.connect(dsn)
-        try:
-            return await conn.fetch(query, *args)
-        finally:
-            await conn.close()
-
-    return run_sync(go())
-
-
-def wait_for(pred, timeout: float, what: str):  # noqa: ANN001, ANN201
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"{what}: not within {timeout}s")
+sched = partial(timer_op, delay=0, payload=b'{"crash": "test"}')
 
 
 def claim_of(dsn: str, queue: str) -> dict | None:
-    rows = sql(dsn, "SELECT claimed_by, claimed_until, claim_token FROM queen_timers WHERE queue = $1 "
+    rows = db_fetch(dsn, "SELECT claimed_by, claimed_until, claim_token FROM queen_timers WHERE queue = $1 "
                     "AND claim_token IS NOT NULL AND claimed_until > now()", queue)
     return dict(rows[0]) if rows else None
-
-
-def frames(dsn: str, txn: str) -> list:
-    return sql(dsn, "SELECT id, created_at FROM queen_messages WHERE txn = $1", txn)
 
 
 def test_kill_9_of_a_worker_mid_fire_loses_nothing_and_duplicates_nothing(start_broker):
@@ -82,7 +53,7 @@ def test_sigterm_hands_back_held_claims(start_broker):
         c.post("/api/v1/timers", json={"operations": [sched(q, "k", txn)]})
         wait_for(lambda: claim_of(a.dsn, q), 10, "claimed")
     assert a.stop() == 0
-    [row] = sql(a.dsn, "SELECT claim_token, due_at <= now() AS due FROM queen_timers WHERE queue = $1", q)
+    [row] = db_fetch(a.dsn, "SELECT claim_token, due_at <= now() AS due FROM queen_timers WHERE queue = $1", q)
     assert row["claim_token"] is None and row["due"] is True  # released at drain, due again at once
     assert frames(a.dsn, txn) == []
     b = start_broker(env=HOOKS, workers=1, dsn=a.dsn)
@@ -108,6 +79,6 @@ def test_two_brokers_on_one_database_fire_each_timer_once(start_broker):
     assert time.monotonic() - t0 < 4.5
     for txn in txns:
         assert len(frames(a.dsn, txn)) == 1
-    lag = sql(a.dsn, "SELECT max(extract(epoch FROM created_at)) AS t FROM queen_messages")
+    lag = db_fetch(a.dsn, "SELECT max(extract(epoch FROM created_at)) AS t FROM queen_messages")
     assert lag[0]["t"] is not None
     assert uuid.UUID(str(frames(a.dsn, txns[0])[0]["id"])).version == 7

@@ -9,67 +9,34 @@ sweeper pause.
 
 from __future__ import annotations
 
-import base64
 import time
-import uuid
 
 import httpx
 import pytest
 from conftest import uniq
+from helpers import authed, dedicated_broker, timer_op, wait_for
 
-from broker.auth import mint
 from broker.errors import TIMERS_HINT_HEADER, TIMERS_HINT_VALUE
-from broker.localserver import LocalBroker
 
 SECRET = "timers-auth-test-secret"
 
 
 @pytest.fixture(scope="module")
 def srv(pg, tmp_path_factory):
-    b = LocalBroker(
-        dsn=pg.new_db(),
-        workers=2,
-        env={"QUEEN_JWT_SECRET": SECRET, "QUEEN_TEST_HOOKS": "1", "QUEEN_LIMITS_REFRESH_MS": "50",
-             "QUEEN_SWEEPER_MAX_SLEEP_MS": "200"},
-        log_path=tmp_path_factory.mktemp("logs") / "timers-auth.log",
-    )
-    b.start()
-    yield b
-    b.stop()
-
-
-def client(srv: LocalBroker, tenant: str, sub: str, grants: list[str]) -> httpx.Client:
-    token = mint(tenant=tenant, sub=sub, grants=grants, secret=SECRET)
-    return httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
-
-
-def sched(queue: str, key: str, *, delay: int = 60_000, txn: str | None = None) -> dict:
-    return {"op": "schedule", "queue": queue, "timerKey": key, "payload": base64.b64encode(b'{"k": 1}').decode(),
-            "delayMs": delay, "txn": txn or uuid.uuid4().hex}
-
-
-def post(c: httpx.Client, *ops: dict) -> httpx.Response:
-    return c.post("/api/v1/timers", json={"operations": list(ops)})
-
-
-def wait_until(pred, timeout: float = 10.0):  # noqa: ANN001
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
+    env = {"QUEEN_JWT_SECRET": SECRET, "QUEEN_TEST_HOOKS": "1", "QUEEN_LIMITS_REFRESH_MS": "50",
+           "QUEEN_SWEEPER_MAX_SLEEP_MS": "200"}
+    with dedicated_broker(pg, tmp_path_factory, "timers-auth", env) as b:
+        yield b
 
 
 def test_post_needs_the_produce_grant_and_delete_needs_no_grant(srv):
     q = uniq("ta")
-    producer = client(srv, "acme", "svc-producer", ["produce"])
-    reader = client(srv, "acme", "svc-reader", ["consume"])
-    r = post(reader, sched(q, "k"))
+    producer = authed(SECRET, srv, "acme", "svc-producer", ["produce"])
+    reader = authed(SECRET, srv, "acme", "svc-reader", ["consume"])
+    r = reader.timers(timer_op(q, "k"))
     assert r.status_code == 403 and r.json()["error"] == "forbidden"
-    assert post(producer, sched(q, "k", txn="t1")).json()["results"][0]["status"] == "scheduled"
-    nobody = client(srv, "acme", "svc-nothing", [])
+    assert producer.timers(timer_op(q, "k", txn="t1")).json()["results"][0]["status"] == "scheduled"
+    nobody = authed(SECRET, srv, "acme", "svc-nothing", [])
     r = nobody.delete(f"/api/v1/timers/{q}/k")
     assert r.status_code == 200 and r.json()["status"] == "cancelled" and r.json()["txn"] == "t1"
 
@@ -81,36 +48,36 @@ def test_delete_still_needs_a_credential(srv):
 
 def test_tenants_are_isolated(srv):
     q = uniq("ta")
-    a = client(srv, "tenant-a", "a", ["produce"])
-    b = client(srv, "tenant-b", "b", ["produce", "consume"])
-    post(a, sched(q, "shared-key", txn="a-txn"))
+    a = authed(SECRET, srv, "tenant-a", "a", ["produce"])
+    b = authed(SECRET, srv, "tenant-b", "b", ["produce", "consume"])
+    a.timers(timer_op(q, "shared-key", txn="a-txn"))
     assert b.get(f"/api/v1/timers/{q}/shared-key").json()["found"] is False
     assert b.get(f"/api/v1/timers/{q}").json()["rows"] == []
     r = b.delete(f"/api/v1/timers/{q}/shared-key", params={"txn": "b-guess"})
     assert r.json() == {"ok": False, "status": "absent", "queue": q, "timerKey": "shared-key", "txn": "b-guess"}
     assert a.get(f"/api/v1/timers/{q}/shared-key").json()["found"] is True
     # the same key in tenant b is a different timer
-    assert post(b, sched(q, "shared-key")).json()["results"][0]["status"] == "scheduled"
+    assert b.timers(timer_op(q, "shared-key")).json()["results"][0]["status"] == "scheduled"
 
 
 def test_producer_sub_comes_from_the_credential(srv):
     q, txn = uniq("ta"), uniq("txn")
-    c = client(srv, "acme", "billing-service", ["produce", "consume"])
-    res = post(c, sched(q, "k", delay=0, txn=txn)).json()["results"][0]
+    c = authed(SECRET, srv, "acme", "billing-service", ["produce", "consume"])
+    res = c.timers(timer_op(q, "k", delay=0, txn=txn)).json()["results"][0]
     assert c.get(f"/api/v1/timers/{q}/k").json().get("producerSub") in ("billing-service", None)
-    found = wait_until(lambda: (b := c.get("/api/v1/messages/lookup", params={"queue": q, "txn": txn}).json())
+    found = wait_for(lambda: (b := c.get("/api/v1/messages/lookup", params={"queue": q, "txn": txn}).json())
                        .get("found") and b)
     assert found["producerSub"] == "billing-service" and found["messageId"] == res["messageId"]
 
 
 def test_blocked_cluster_refuses_the_post_batch_whole_but_delete_cancels(srv):
     q = uniq("ta")
-    admin = client(srv, "ops", "operator", ["admin"])
-    c = client(srv, "acme", "svc", ["produce"])
-    post(c, sched(q, "pending", txn="p1"))
+    admin = authed(SECRET, srv, "ops", "operator", ["admin"])
+    c = authed(SECRET, srv, "acme", "svc", ["produce"])
+    c.timers(timer_op(q, "pending", txn="p1"))
     assert admin.post("/api/v1/admin/cluster/suspended", json={"suspended": True}).status_code == 200
     try:
-        r = wait_until(lambda: (x := post(c, {"op": "cancel", "queue": q, "timerKey": "pending"}, sched(q, "new")))
+        r = wait_for(lambda: (x := c.timers({"op": "cancel", "queue": q, "timerKey": "pending"}, timer_op(q, "new")))
                        .status_code == 403 and x)
         assert r.json()["error"] == "cluster_suspended"
         assert r.headers[TIMERS_HINT_HEADER] == TIMERS_HINT_VALUE
@@ -120,51 +87,51 @@ def test_blocked_cluster_refuses_the_post_batch_whole_but_delete_cancels(srv):
         assert r.status_code == 200 and r.json()["status"] == "cancelled"
     finally:
         admin.post("/api/v1/admin/cluster/suspended", json={"suspended": False})
-    wait_until(lambda: post(c, sched(q, "after")).status_code == 200)
+    wait_for(lambda: c.timers(timer_op(q, "after")).status_code == 200)
 
 
 def test_scheduling_kill_switch(srv):
     q = uniq("ta")
-    admin = client(srv, "ops", "operator", ["admin"])
-    c = client(srv, "acme", "svc", ["produce", "consume"])
-    post(c, sched(q, "pending", txn="p1"))
+    admin = authed(SECRET, srv, "ops", "operator", ["admin"])
+    c = authed(SECRET, srv, "acme", "svc", ["produce", "consume"])
+    c.timers(timer_op(q, "pending", txn="p1"))
     assert c.post("/api/v1/admin/timers/scheduling", json={"enabled": False}).status_code == 403  # admin only
     r = admin.post("/api/v1/admin/timers/scheduling", json={"enabled": False})
     assert r.status_code == 200 and r.json()["schedulingEnabled"] is False
     try:
         assert admin.get("/api/v1/admin/timers/scheduling").json()["schedulingEnabled"] is False
-        r = post(c, sched(q, "new"))  # cluster-wide, at once, on every worker: the state is in the database
+        r = c.timers(timer_op(q, "new"))  # cluster-wide, at once, on every worker: the state is in the database
         assert r.status_code == 503
         assert r.json()["error"] == "timers_disabled" and r.json()["reason"] == "timers_disabled"
         assert r.headers[TIMERS_HINT_HEADER] == TIMERS_HINT_VALUE and int(r.headers["Retry-After"]) >= 1
-        r = c.post("/api/v1/transaction", json={"operations": [], "timers": [sched(q, "tx")]})
+        r = c.post("/api/v1/transaction", json={"operations": [], "timers": [timer_op(q, "tx")]})
         assert r.status_code == 403 and r.json()["error"] == "timers_disabled"
         assert c.delete(f"/api/v1/timers/{q}/pending").json()["status"] == "cancelled"
         assert c.get(f"/api/v1/timers/{q}/new").json()["found"] is False
     finally:
         admin.post("/api/v1/admin/timers/scheduling", json={"enabled": True})
-    assert post(c, sched(q, "new")).status_code == 200
+    assert c.timers(timer_op(q, "new")).status_code == 200
 
 
 def test_sweeper_pause_and_resume(srv):
     q, txn = uniq("ta"), uniq("txn")
-    admin = client(srv, "ops", "operator", ["admin"])
-    c = client(srv, "acme", "svc", ["produce", "consume"])
+    admin = authed(SECRET, srv, "ops", "operator", ["admin"])
+    c = authed(SECRET, srv, "acme", "svc", ["produce", "consume"])
     r = admin.post("/api/v1/admin/timers/sweeper", json={"paused": True})
     assert r.status_code == 200 and r.json()["paused"] is True
     try:
-        post(c, sched(q, "k", delay=0, txn=txn))
+        c.timers(timer_op(q, "k", delay=0, txn=txn))
         time.sleep(0.8)  # several sweep cycles (max sleep 200 ms)
         peek = c.get(f"/api/v1/timers/{q}/k").json()
         assert peek["found"] is True and peek["claimed"] is False
         assert admin.get("/api/v1/admin/timers/sweeper").json()["paused"] is True
     finally:
         admin.post("/api/v1/admin/timers/sweeper", json={"paused": False})
-    wait_until(lambda: c.get("/api/v1/messages/lookup", params={"queue": q, "txn": txn}).json().get("found"), 5)
+    wait_for(lambda: c.get("/api/v1/messages/lookup", params={"queue": q, "txn": txn}).json().get("found"), 5)
 
 
 def test_admin_switch_bodies_are_validated(srv):
-    admin = client(srv, "ops", "operator", ["admin"])
+    admin = authed(SECRET, srv, "ops", "operator", ["admin"])
     assert admin.post("/api/v1/admin/timers/sweeper", json={"paused": "yes"}).status_code == 400
     assert admin.post("/api/v1/admin/timers/scheduling", json={"enabled": True, "x": 1}).status_code == 400
 

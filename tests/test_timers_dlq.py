@@ -5,28 +5,15 @@ the promise (schedule and reschedule ops), not for the cancel or the fire."""
 from __future__ import annotations
 
 import base64
-import time
+from functools import partial
 
 import httpx
 from conftest import uniq
+from helpers import timer_op, wait_for
 
 ENV = {"QUEEN_TEST_HOOKS": "1", "QUEEN_SWEEPER_MAX_ATTEMPTS": "3", "QUEEN_SWEEPER_BACKOFF_BASE_MS": "20",
        "QUEEN_SWEEPER_MAX_SLEEP_MS": "100"}
-
-
-def sched(queue: str, key: str, txn: str, delay: int = 0) -> dict:
-    return {"op": "schedule", "queue": queue, "timerKey": key, "txn": txn, "delayMs": delay,
-            "payload": base64.b64encode(b'{"x": 1}').decode()}
-
-
-def wait_for(pred, timeout: float = 10.0):  # noqa: ANN001, ANN201
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
+sched = partial(timer_op, delay=0, payload=b'{"x": 1}')
 
 
 def test_failing_timer_goes_to_the_dlq_and_replay_is_refused(start_broker):
@@ -65,10 +52,10 @@ def test_billed_for_the_promise_not_the_cancel_or_the_fire(start_broker):
     q = uniq("bill")
     with httpx.Client(base_url=b.url) as c:
         before = c.get("/api/v1/usage").json()["messages"]
-        r = c.post("/api/v1/timers", json={"operations": [sched(q, "a", "t1", 60_000), sched(q, "b", "t2", 0),
-                                                          sched(q, "c", "t3", 60_000)]})
+        r = c.post("/api/v1/timers", json={"operations": [sched(q, "a", "t1", delay=60_000), sched(q, "b", "t2", delay=0),
+                                                          sched(q, "c", "t3", delay=60_000)]})
         assert r.status_code == 200
-        c.post("/api/v1/timers", json={"operations": [{**sched(q, "a", "t4", 60_000), "op": "reschedule"}]})
+        c.post("/api/v1/timers", json={"operations": [{**sched(q, "a", "t4", delay=60_000), "op": "reschedule"}]})
         c.delete(f"/api/v1/timers/{q}/c")
         c.post("/api/v1/timers", json={"operations": [{"op": "cancel", "queue": q, "timerKey": "a"}]})
         wait_for(lambda: c.get("/api/v1/messages/lookup", params={"queue": q, "txn": "t2"}).json()["found"])

@@ -1,4 +1,4 @@
-"""Encryption happens at schedule (seeds/timer-routes.md): a timer bound for a queue that encrypts at rest
+"""Encryption happens at schedule (docs/timer-routes.md §7): a timer bound for a queue that encrypts at rest
 is stored encrypted from the moment it is scheduled; peek shows the ciphertext and never decrypts;
 switching encryption on later delivers earlier timers in clear; a key removed between schedule and fire
 makes that frame undecryptable (and the pop says so instead of failing)."""
@@ -7,73 +7,45 @@ from __future__ import annotations
 
 import base64
 import os
-import time
+from functools import partial
 
 import asyncpg
 import httpx
 import pytest
 import zstandard
 from conftest import run_sync, uniq
+from helpers import Api, db_fetch, dedicated_broker, timer_op
 
 K1 = base64.b64encode(os.urandom(32)).decode()
 K2 = base64.b64encode(os.urandom(32)).decode()
-
-
-def sched(queue: str, key: str, payload: bytes, *, delay: int = 0, txn: str | None = None, **kw) -> dict:
-    return {"op": "schedule", "queue": queue, "timerKey": key, "payload": base64.b64encode(payload).decode(),
-            "delayMs": delay, "txn": txn or uniq("txn"), **kw}
-
-
-def configure(c: httpx.Client, queue: str, encrypted: bool) -> None:
-    r = c.post("/api/v1/configure", json={"queue": queue, "options": {"encryptionEnabled": encrypted}})
-    assert r.status_code < 300, r.text
-
-
-def pop(c: httpx.Client, queue: str) -> list[dict]:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        r = c.get(f"/api/v1/pop/queue/{queue}", params={"wait": "true", "timeout": "1000"})
-        if r.status_code == 200 and r.json()["messages"]:
-            return r.json()["messages"]
-    raise AssertionError("nothing delivered")
+sched = partial(timer_op, delay=0)
 
 
 def stored(dsn: str, txn: str) -> dict:
-    async def go() -> dict:
-        conn = await asyncpg.connect(dsn)
-        try:
-            row = await conn.fetchrow("SELECT key_id, payload FROM queen_messages WHERE txn = $1", txn)
-            return dict(row) if row else {}
-        finally:
-            await conn.close()
-
-    return run_sync(go())
+    rows = db_fetch(dsn, "SELECT key_id, payload FROM queen_messages WHERE txn = $1", txn)
+    return dict(rows[0]) if rows else {}
 
 
 @pytest.fixture(scope="module")
 def enc(pg, tmp_path_factory):
-    from broker.localserver import LocalBroker
-
-    b = LocalBroker(dsn=pg.new_db(), workers=2, env={"QUEEN_ENCRYPTION_KEYS": f"k1:{K1}", "QUEEN_SWEEPER_MAX_SLEEP_MS": "200"},
-                    log_path=tmp_path_factory.mktemp("logs") / "timers-enc.log")
-    b.start()
-    yield b
-    b.stop()
+    env = {"QUEEN_ENCRYPTION_KEYS": f"k1:{K1}", "QUEEN_SWEEPER_MAX_SLEEP_MS": "200"}
+    with dedicated_broker(pg, tmp_path_factory, "timers-enc", env) as b:
+        yield b
 
 
 def test_encrypted_at_schedule_peek_shows_ciphertext_fire_delivers_plaintext(enc):
     q, txn = uniq("enc"), uniq("txn")
     plain = b'{"card": "4242"}'
-    with httpx.Client(base_url=enc.url) as c:
-        configure(c, q, True)
-        [res] = c.post("/api/v1/timers", json={"operations": [sched(q, "k", plain, delay=60_000, txn=txn)]}).json()["results"]
+    with Api(httpx.Client(base_url=enc.url)) as c:
+        c.configure(q, encryptionEnabled=True)
+        [res] = c.post("/api/v1/timers", json={"operations": [sched(q, "k", delay=60_000, txn=txn, payload=plain)]}).json()["results"]
         assert res["status"] == "scheduled"
         peek = c.get(f"/api/v1/timers/{q}/k").json()
         assert peek["encrypted"] is True
         raw = base64.b64decode(peek["payload"])
         assert plain not in raw and b"4242" not in raw  # ciphertext at rest, never decrypted by peek
-        c.post("/api/v1/timers", json={"operations": [sched(q, "k", plain, delay=0, txn=txn)]})
-        [msg] = pop(c, q)
+        c.post("/api/v1/timers", json={"operations": [sched(q, "k", delay=0, txn=txn, payload=plain)]})
+        [msg] = c.delivered(q)
         assert msg["data"] == {"card": "4242"} and msg["transactionId"] == txn
         assert stored(enc.dsn, txn)["key_id"] == "k1"
 
@@ -81,30 +53,30 @@ def test_encrypted_at_schedule_peek_shows_ciphertext_fire_delivers_plaintext(enc
 def test_zstd_payload_to_an_encrypting_queue(enc):
     q = uniq("enc")
     body = b'{"z": "' + b"y" * 3000 + b'"}'
-    with httpx.Client(base_url=enc.url) as c:
-        configure(c, q, True)
-        op = sched(q, "k", zstandard.ZstdCompressor().compress(body), payloadZstd=True)
+    with Api(httpx.Client(base_url=enc.url)) as c:
+        c.configure(q, encryptionEnabled=True)
+        op = sched(q, "k", payloadZstd=True, payload=zstandard.ZstdCompressor().compress(body))
         assert c.post("/api/v1/timers", json={"operations": [op]}).status_code == 200
-        [msg] = pop(c, q)
+        [msg] = c.delivered(q)
         assert msg["data"] == {"z": "y" * 3000}
 
 
 def test_encrypting_queue_needs_json_now(enc):
     q = uniq("enc")
-    with httpx.Client(base_url=enc.url) as c:
-        configure(c, q, True)
-        r = c.post("/api/v1/timers", json={"operations": [sched(q, "k", b"\x00\x01 not json")]})
+    with Api(httpx.Client(base_url=enc.url)) as c:
+        c.configure(q, encryptionEnabled=True)
+        r = c.post("/api/v1/timers", json={"operations": [sched(q, "k", payload=b"\x00\x01 not json")]})
         assert r.status_code == 400 and r.json()["reason"] == "timers_payload_not_json"
 
 
 def test_encryption_switched_on_later_delivers_earlier_timers_in_clear(enc):
     q, txn = uniq("enc"), uniq("txn")
-    with httpx.Client(base_url=enc.url) as c:
-        configure(c, q, False)
-        c.post("/api/v1/timers", json={"operations": [sched(q, "k", b'{"early": 1}', delay=1500, txn=txn)]})
-        configure(c, q, True)
+    with Api(httpx.Client(base_url=enc.url)) as c:
+        c.configure(q, encryptionEnabled=False)
+        c.post("/api/v1/timers", json={"operations": [sched(q, "k", delay=1500, txn=txn, payload=b'{"early": 1}')]})
+        c.configure(q, encryptionEnabled=True)
         assert c.get(f"/api/v1/timers/{q}/k").json()["encrypted"] is False
-        [msg] = pop(c, q)
+        [msg] = c.delivered(q)
         assert msg["data"] == {"early": 1}
         assert stored(enc.dsn, txn)["key_id"] is None  # delivered in clear, as declared
 
@@ -112,14 +84,14 @@ def test_encryption_switched_on_later_delivers_earlier_timers_in_clear(enc):
 def test_a_key_removed_between_schedule_and_fire_gives_an_undecryptable_frame(start_broker):
     a = start_broker(env={"QUEEN_ENCRYPTION_KEYS": f"k1:{K1}"}, workers=1)
     q, txn = uniq("enc"), uniq("txn")
-    with httpx.Client(base_url=a.url) as c:
-        configure(c, q, True)
-        r = c.post("/api/v1/timers", json={"operations": [sched(q, "k", b'{"secret": 1}', delay=1500, txn=txn)]})
+    with Api(httpx.Client(base_url=a.url)) as c:
+        c.configure(q, encryptionEnabled=True)
+        r = c.post("/api/v1/timers", json={"operations": [sched(q, "k", delay=1500, txn=txn, payload=b'{"secret": 1}')]})
         assert r.status_code == 200
     a.stop()
     b = start_broker(env={"QUEEN_ENCRYPTION_KEYS": f"k2:{K2}"}, workers=1, dsn=a.dsn)  # k1 is gone
-    with httpx.Client(base_url=b.url) as c:
-        [msg] = pop(c, q)
+    with Api(httpx.Client(base_url=b.url)) as c:
+        [msg] = c.delivered(q)
         assert msg["transactionId"] == txn
         assert msg["data"] is None and msg.get("undecryptable") is True
     assert stored(a.dsn, txn)["key_id"] == "k1"
@@ -137,7 +109,7 @@ def test_an_encrypting_queue_without_keys_is_refused_not_stored_in_clear(start_b
             await conn.close()
 
     run_sync(flag())
-    with httpx.Client(base_url=b.url) as c:
-        r = c.post("/api/v1/timers", json={"operations": [sched(q, "k", b"{}")]})
+    with Api(httpx.Client(base_url=b.url)) as c:
+        r = c.post("/api/v1/timers", json={"operations": [sched(q, "k", payload=b"{}")]})
         assert r.status_code == 503 and r.json()["error"] == "timers_misconfigured"
         assert c.get(f"/api/v1/timers/{q}/k").json()["found"] is False

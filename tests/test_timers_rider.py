@@ -3,18 +3,16 @@ the bundle's pushes and acks, results of ``"type": "timer"`` in the flat index s
 
 from __future__ import annotations
 
-import base64
 import time
+from functools import partial
 
 from conftest import uniq
+from helpers import timer_op
+
+sched = partial(timer_op, payload=b'{"r": 1}')
 
 
-def sched(queue: str, key: str, *, delay: int = 60_000, txn: str | None = None) -> dict:
-    return {"op": "schedule", "queue": queue, "timerKey": key, "payload": base64.b64encode(b'{"r": 1}').decode(),
-            "delayMs": delay, "txn": txn or uniq("txn")}
-
-
-def test_rider_results_follow_the_flat_ops(http):
+def test_rider_results_follow_the_flat_ops(http, api):
     q = uniq("rid")
     http.post("/api/v1/timers", json={"operations": [sched(q, "old", txn="old-txn")]})
     body = {
@@ -33,8 +31,8 @@ def test_rider_results_follow_the_flat_ops(http):
     assert [x["status"] for x in timers] == ["scheduled", "cancelled", "absent"]
     assert timers[0]["txn"] == "new-txn" and timers[0]["messageId"] and timers[0]["deliverAt"].endswith("Z")
     assert timers[1]["txn"] == "old-txn" and timers[2] == {**timers[2], "ok": False, "txn": "g"}
-    assert http.get(f"/api/v1/timers/{q}/new").json()["found"] is True
-    assert http.get(f"/api/v1/timers/{q}/old").json()["found"] is False
+    assert api.peek(q, "new").json()["found"] is True
+    assert api.peek(q, "old").json()["found"] is False
 
 
 def test_rider_only_bundle(http):
@@ -44,18 +42,18 @@ def test_rider_only_bundle(http):
     assert r.json()["results"][0]["type"] == "timer"
 
 
-def test_a_bad_timer_op_refuses_the_whole_bundle(http):
+def test_a_bad_timer_op_refuses_the_whole_bundle(http, api):
     q = uniq("rid")
     ptxn = uniq("p")
     body = {"operations": [{"type": "push", "items": [{"queue": q, "payload": {}, "transactionId": ptxn}]}],
             "timers": [sched(q, "ok"), {**sched(q, "bad"), "producerSub": "forged"}]}
     r = http.post("/api/v1/transaction", json=body)
     assert r.status_code == 400 and r.json()["reason"] == "timers_server_owned_field"
-    assert http.get(f"/api/v1/timers/{q}/ok").json()["found"] is False
+    assert api.peek(q, "ok").json()["found"] is False
     assert http.get("/api/v1/messages/lookup", params={"queue": q, "txn": ptxn}).json()["found"] is False
 
 
-def test_a_failed_ack_rolls_back_the_timers(http):
+def test_a_failed_ack_rolls_back_the_timers(http, api):
     q = uniq("rid")
     body = {"operations": [{"type": "ack", "transactionId": "nope", "partitionId": "00000000-0000-0000-0000-000000000000",
                             "status": "completed", "leaseId": "00000000-0000-0000-0000-000000000000"}],
@@ -63,7 +61,7 @@ def test_a_failed_ack_rolls_back_the_timers(http):
     r = http.post("/api/v1/transaction", json=body)
     assert r.status_code in (200, 400)
     assert r.json().get("success") is not True
-    assert http.get(f"/api/v1/timers/{q}/k").json()["found"] is False
+    assert api.peek(q, "k").json()["found"] is False
 
 
 def test_rider_timer_fires_like_any_other(http):

@@ -1,5 +1,5 @@
 """The timer routes through HTTP, against the shared broker: one test per contract of
-seeds/timer-routes.md and PROTOCOL §3 that needs no dedicated settings."""
+docs/timer-routes.md and docs/protocol.md §3 that needs no dedicated settings."""
 
 from __future__ import annotations
 
@@ -8,63 +8,23 @@ import random
 import re
 import time
 import uuid
+from functools import partial
 
 import httpx
 import pytest
 import zstandard
 from conftest import uniq
+from helpers import b64, refused, timer_op
 
 from broker.errors import TIMERS_HINT_HEADER
 from broker.timers.ops import SERVER_OWNED
 
 ISO_US = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
-
-
-def b64(data: bytes) -> str:
-    return base64.b64encode(data).decode()
-
-
-def sched(queue: str, key: str, *, delay: int = 60_000, payload: bytes = b'{"n": 1}', txn: str | None = None, **kw) -> dict:
-    return {"op": "schedule", "queue": queue, "timerKey": key, "payload": b64(payload), "delayMs": delay,
-            "txn": txn or uuid.uuid4().hex, **kw}
-
-
-def post(http: httpx.Client, *ops: dict) -> httpx.Response:
-    return http.post("/api/v1/timers", json={"operations": list(ops)})
-
-
-def results(http: httpx.Client, *ops: dict) -> list[dict]:
-    r = post(http, *ops)
-    assert r.status_code == 200, r.text
-    return r.json()["results"]
-
-
-def wait_fired(http: httpx.Client, queue: str, txn: str, timeout: float = 10.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        body = http.get("/api/v1/messages/lookup", params={"queue": queue, "txn": txn}).json()
-        if body.get("found"):
-            return body
-        time.sleep(0.05)
-    raise AssertionError(f"timer {txn} of {queue} did not fire within {timeout}s")
-
-
-def pop_all(http: httpx.Client, queue: str, n: int, timeout: float = 10.0) -> list[dict]:
-    got: list[dict] = []
-    deadline = time.monotonic() + timeout
-    while len(got) < n and time.monotonic() < deadline:
-        r = http.get(f"/api/v1/pop/queue/{queue}", params={"wait": "true", "timeout": "1000", "batch": str(n)})
-        if r.status_code == 200:
-            got += r.json()["messages"]
-    return got
+sched = partial(timer_op, payload=b'{"n": 1}')
 
 
 def err(r: httpx.Response, status: int, code: str, reason: str | None = None) -> dict:
-    assert r.status_code == status, r.text
-    body = r.json()
-    assert body["error"] == code, body
-    if reason is not None:
-        assert body["reason"] == reason, body
+    body = refused(r, status, code, reason)
     assert body.get("detail")
     return body
 
@@ -72,64 +32,64 @@ def err(r: httpx.Response, status: int, code: str, reason: str | None = None) ->
 # ------------------------------------------------------------------ schedule and the delivered frame
 
 
-def test_schedule_answer_shape_and_delivered_frame(http):
+def test_schedule_answer_shape_and_delivered_frame(api):
     q, key, txn = uniq("tq"), "order:9f1:expire", uniq("txn")
     payload = b'{"orderId": "9f1"}'
-    [res] = results(http, sched(q, key, delay=150, payload=payload, txn=txn, partition="acme"))
+    [res] = api.timer_results(sched(q, key, delay=150, payload=payload, txn=txn, partition="acme"))
     assert set(res) == {"ok", "status", "queue", "timerKey", "txn", "messageId", "deliverAt"}
     assert res["ok"] is True and res["status"] == "scheduled"
     assert (res["queue"], res["timerKey"], res["txn"]) == (q, key, txn)
     assert ISO_US.match(res["deliverAt"]), res["deliverAt"]
     assert uuid.UUID(res["messageId"]).version == 7
-    found = wait_fired(http, q, txn)
+    found = api.wait_fired(q, txn)
     assert found["messageId"] == res["messageId"]
     assert found["transactionId"] == txn
     assert found["partition"] == "acme"
     assert found["producerSub"] == "anonymous"  # auth off: the default sub, never anything from the body
     assert found["createdAt"] >= res["deliverAt"][:23]  # deliverAt is a floor
-    [msg] = pop_all(http, q, 1)
+    [msg] = api.pop_until(q, 1)
     assert msg["data"] == {"orderId": "9f1"} and msg["id"] == res["messageId"]
     # delivery deletes the row: no tombstone
-    assert http.get(f"/api/v1/timers/{q}/{key}").json() == {"found": False, "queue": q, "timerKey": key}
+    assert api.peek(q, key).json() == {"found": False, "queue": q, "timerKey": key}
 
 
-def test_past_and_zero_delays_are_legal_and_fire_on_the_first_cycle(http):
+def test_past_and_zero_delays_are_legal_and_fire_on_the_first_cycle(api):
     q = uniq("tq")
-    res = results(http, sched(q, "neg", delay=-5000, txn="t-neg"), sched(q, "zero", delay=0, txn="t-zero"))
+    res = api.timer_results(sched(q, "neg", delay=-5000, txn="t-neg"), sched(q, "zero", delay=0, txn="t-zero"))
     assert [r["status"] for r in res] == ["scheduled", "scheduled"]
-    wait_fired(http, q, "t-neg", timeout=5)
-    wait_fired(http, q, "t-zero", timeout=5)
+    api.wait_fired(q, "t-neg", timeout=5)
+    api.wait_fired(q, "t-zero", timeout=5)
 
 
-def test_payload_zstd_is_delivered_decompressed(http):
+def test_payload_zstd_is_delivered_decompressed(api):
     q, txn = uniq("tq"), uniq("txn")
     body = b'{"big": "' + b"x" * 5000 + b'"}'
     z = zstandard.ZstdCompressor().compress(body)
-    [res] = results(http, {**sched(q, "z", delay=0, txn=txn), "payload": b64(z), "payloadZstd": True})
+    [res] = api.timer_results({**sched(q, "z", delay=0, txn=txn), "payload": b64(z), "payloadZstd": True})
     assert res["ok"]
-    [msg] = pop_all(http, q, 1)
+    [msg] = api.pop_until(q, 1)
     assert msg["data"] == {"big": "x" * 5000}
 
 
-def test_reschedule_is_the_same_upsert_with_a_new_message_id(http):
+def test_reschedule_is_the_same_upsert_with_a_new_message_id(api):
     q = uniq("tq")
-    [a] = results(http, sched(q, "k", txn="v1"))
-    [b] = results(http, {**sched(q, "k", txn="v2"), "op": "schedule"})  # op name does not decide the status
-    [c] = results(http, {**sched(q, "k2", txn="v3"), "op": "reschedule"})
+    [a] = api.timer_results(sched(q, "k", txn="v1"))
+    [b] = api.timer_results({**sched(q, "k", txn="v2"), "op": "schedule"})  # op name does not decide the status
+    [c] = api.timer_results({**sched(q, "k2", txn="v3"), "op": "reschedule"})
     assert (a["status"], b["status"], c["status"]) == ("scheduled", "rescheduled", "scheduled")
     assert a["messageId"] != b["messageId"]
-    peek = http.get(f"/api/v1/timers/{q}/k").json()
+    peek = api.peek(q, "k").json()
     assert peek["txn"] == "v2" and peek["messageId"] == b["messageId"] and peek["attempts"] == 0
 
 
-def test_timers_in_one_partition_enter_the_log_in_deliver_at_order(http):
+def test_timers_in_one_partition_enter_the_log_in_deliver_at_order(api):
     q = uniq("tq")
     delays = list(range(-400, 0, 8))
     random.Random(7).shuffle(delays)
     ops = [sched(q, f"k{d}", delay=d, txn=f"t{d}", payload=str(d).encode()) for d in delays]
-    res = results(http, *ops)
+    res = api.timer_results(*ops)
     assert all(r["ok"] for r in res)
-    msgs = pop_all(http, q, len(ops))
+    msgs = api.pop_until(q, len(ops))
     assert len(msgs) == len(ops)
     msgs.sort(key=lambda m: m["offset"])
     assert [m["data"] for m in msgs] == sorted(delays)
@@ -138,52 +98,51 @@ def test_timers_in_one_partition_enter_the_log_in_deliver_at_order(http):
 # ------------------------------------------------------------------ cancel, absent, too_late
 
 
-def test_delete_cancel_then_absent_echoes_txn(http):
+def test_delete_cancel_then_absent_echoes_txn(api):
     q = uniq("tq")
-    results(http, sched(q, "k", txn="stored-txn"))
-    r = http.delete(f"/api/v1/timers/{q}/k", params={"txn": "whatever"})
+    api.timer_results(sched(q, "k", txn="stored-txn"))
+    r = api.cancel(q, "k", "whatever")
     assert r.status_code == 200
     assert r.json() == {"ok": True, "status": "cancelled", "queue": q, "timerKey": "k", "txn": "stored-txn"}
-    r = http.delete(f"/api/v1/timers/{q}/k", params={"txn": "trial-acme-day7-v1"})
+    r = api.cancel(q, "k", "trial-acme-day7-v1")
     assert r.status_code == 200
     assert r.json() == {"ok": False, "status": "absent", "queue": q, "timerKey": "k", "txn": "trial-acme-day7-v1"}
-    r = http.delete(f"/api/v1/timers/{q}/k")
+    r = api.cancel(q, "k")
     assert r.json() == {"ok": False, "status": "absent", "queue": q, "timerKey": "k", "txn": None}
 
 
-def test_cancel_inside_post_batch_is_index_aligned(http):
+def test_cancel_inside_post_batch_is_index_aligned(api):
     q = uniq("tq")
-    results(http, sched(q, "a"))
-    res = results(http, {"op": "cancel", "queue": q, "timerKey": "a"}, sched(q, "b"),
-                  {"op": "cancel", "queue": q, "timerKey": "nope", "txn": "echo"})
+    api.timer_results(sched(q, "a"))
+    res = api.timer_results({"op": "cancel", "queue": q, "timerKey": "a"}, sched(q, "b"), {"op": "cancel", "queue": q, "timerKey": "nope", "txn": "echo"})
     assert [r["status"] for r in res] == ["cancelled", "scheduled", "absent"]
     assert [r["ok"] for r in res] == [True, True, False]
     assert res[2]["txn"] == "echo"
 
 
-def test_a_delivered_timer_answers_absent(http):
+def test_a_delivered_timer_answers_absent(api):
     q, txn = uniq("tq"), uniq("txn")
-    results(http, sched(q, "k", delay=0, txn=txn))
-    wait_fired(http, q, txn)
-    assert http.delete(f"/api/v1/timers/{q}/k", params={"txn": txn}).json()["status"] == "absent"
+    api.timer_results(sched(q, "k", delay=0, txn=txn))
+    api.wait_fired(q, txn)
+    assert api.cancel(q, "k", txn).json()["status"] == "absent"
 
 
-def test_claimed_timer_is_too_late_for_cancel_and_reschedule(http):
+def test_claimed_timer_is_too_late_for_cancel_and_reschedule(http, api):
     q = uniq("tq")
-    [s] = results(http, sched(q, "k", delay=60_000, txn="orig"))
+    [s] = api.timer_results(sched(q, "k", delay=60_000, txn="orig"))
     r = http.post("/api/v1/test/timers/hold", json={"queue": q, "timerKey": "k", "ms": 30_000})
     assert r.status_code == 200 and r.json()["held"] is True
-    assert http.get(f"/api/v1/timers/{q}/k").json()["claimed"] is True
-    r = http.delete(f"/api/v1/timers/{q}/k", params={"txn": "orig"})
+    assert api.peek(q, "k").json()["claimed"] is True
+    r = api.cancel(q, "k", "orig")
     assert r.status_code == 200
     assert r.json() == {"ok": False, "status": "too_late", "queue": q, "timerKey": "k"}
-    [res] = results(http, {**sched(q, "k", txn="new"), "op": "reschedule"})
+    [res] = api.timer_results({**sched(q, "k", txn="new"), "op": "reschedule"})
     assert res == {"ok": False, "status": "too_late", "queue": q, "timerKey": "k"}
-    peek = http.get(f"/api/v1/timers/{q}/k").json()
+    peek = api.peek(q, "k").json()
     assert peek["txn"] == "orig" and peek["messageId"] == s["messageId"]  # nothing changed
     assert http.post("/api/v1/test/timers/release", json={"queue": q}).json()["released"] == 1
-    assert http.get(f"/api/v1/timers/{q}/k").json()["claimed"] is False
-    assert http.delete(f"/api/v1/timers/{q}/k").json()["status"] == "cancelled"
+    assert api.peek(q, "k").json()["claimed"] is False
+    assert api.cancel(q, "k").json()["status"] == "cancelled"
 
 
 def test_hold_of_a_missing_timer_says_so(http):
@@ -194,10 +153,10 @@ def test_hold_of_a_missing_timer_says_so(http):
 # ------------------------------------------------------------------ peek and list
 
 
-def test_peek_shape_and_miss(http):
+def test_peek_shape_and_miss(api):
     q = uniq("tq")
-    results(http, sched(q, "tenant/42", payload=b'{"p": true}', txn="tx", partition="P1"))
-    body = http.get(f"/api/v1/timers/{q}/tenant/42").json()
+    api.timer_results(sched(q, "tenant/42", payload=b'{"p": true}', txn="tx", partition="P1"))
+    body = api.peek(q, "tenant/42").json()
     assert set(body) == {"found", "queue", "timerKey", "partition", "deliverAt", "txn", "messageId", "payload",
                          "payloadZstd", "encrypted", "producerSub", "attempts", "lastError", "claimed",
                          "createdAt", "updatedAt"}
@@ -207,36 +166,36 @@ def test_peek_shape_and_miss(http):
     assert body["attempts"] == 0 and body["lastError"] is None and body["producerSub"] == "anonymous"
     for f in ("deliverAt", "createdAt", "updatedAt"):
         assert ISO_US.match(body[f])
-    miss = http.get(f"/api/v1/timers/{q}/tenant/43")
+    miss = api.peek(q, "tenant/43")
     assert miss.status_code == 200 and miss.json() == {"found": False, "queue": q, "timerKey": "tenant/43"}
 
 
-def test_keys_and_queues_with_slashes_and_escapes(http):
+def test_keys_and_queues_with_slashes_and_escapes(http, api):
     q = uniq("tq") + "/sub"
     key = "a b/c%d/é"
     from urllib.parse import quote
 
     path = f"/api/v1/timers/{quote(q, safe='')}/{quote(key, safe='/')}"
-    [res] = results(http, sched(q, key))
+    [res] = api.timer_results(sched(q, key))
     assert res["queue"] == q and res["timerKey"] == key
     assert http.get(path).json()["timerKey"] == key
     assert http.get(f"/api/v1/timers/{quote(q, safe='')}").json()["rows"][0]["timerKey"] == key
     assert http.delete(path).json()["status"] == "cancelled"
 
 
-def test_list_is_a_keyset_in_byte_order_without_payloads(http):
+def test_list_is_a_keyset_in_byte_order_without_payloads(api):
     q = uniq("tq")
     keys = ["b", "B", "a", "a/1", "Z", "é", "_x", "0"]
-    results(http, *[sched(q, k) for k in keys])
+    api.timer_results(*[sched(q, k) for k in keys])
     expect = sorted(keys, key=lambda k: k.encode())
-    page = http.get(f"/api/v1/timers/{q}", params={"limit": 3}).json()
+    page = api.list_timers(q, limit=3).json()
     assert [r["timerKey"] for r in page["rows"]] == expect[:3]
     assert page["truncated"] is True and page["nextAfter"] == expect[2]
     assert "payload" not in page["rows"][0] and "found" not in page["rows"][0]
     seen, after = [], None
     while True:
         params = {"limit": 3, **({"after": after} if after else {})}
-        page = http.get(f"/api/v1/timers/{q}", params=params).json()
+        page = api.list_timers(q, **params).json()
         seen += [r["timerKey"] for r in page["rows"]]
         if not page["truncated"]:
             assert page["nextAfter"] is None
@@ -244,14 +203,14 @@ def test_list_is_a_keyset_in_byte_order_without_payloads(http):
         after = page["nextAfter"]
     assert seen == expect
     # the cursor is exclusive
-    assert [r["timerKey"] for r in http.get(f"/api/v1/timers/{q}", params={"after": "a"}).json()["rows"]][0] == "a/1"
+    assert [r["timerKey"] for r in api.list_timers(q, after="a").json()["rows"]][0] == "a/1"
 
 
 @pytest.mark.parametrize("limit,expect", [("0", 1), ("-5", 1), ("abc", 100), ("5000", 1000), ("", 100)])
-def test_list_limit_is_clamped_never_rejected(http, limit, expect):
+def test_list_limit_is_clamped_never_rejected(limit, expect, api):
     q = uniq("tq")
-    results(http, *[sched(q, f"k{i:03}") for i in range(2)])
-    r = http.get(f"/api/v1/timers/{q}", params={"limit": limit})
+    api.timer_results(*[sched(q, f"k{i:03}") for i in range(2)])
+    r = api.list_timers(q, limit=limit)
     assert r.status_code == 200
     assert len(r.json()["rows"]) == min(expect, 2)
     assert r.json()["truncated"] is (expect < 2)
@@ -267,11 +226,11 @@ def test_no_tenant_wide_list(http):
 
 
 @pytest.mark.parametrize("field", sorted(SERVER_OWNED) + ["_private", "_"])
-def test_server_owned_fields_are_refused_naming_the_field(http, field):
+def test_server_owned_fields_are_refused_naming_the_field(field, api):
     q = uniq("tq")
-    body = err(post(http, {**sched(q, "k"), field: "x"}), 400, "timers_bad_request", "timers_server_owned_field")
+    body = err(api.timers({**sched(q, "k"), field: "x"}), 400, "timers_bad_request", "timers_server_owned_field")
     assert field in body["detail"]
-    assert http.get(f"/api/v1/timers/{q}/k").json()["found"] is False  # nothing applied
+    assert api.peek(q, "k").json()["found"] is False  # nothing applied
 
 
 @pytest.mark.parametrize(
@@ -295,26 +254,26 @@ def test_server_owned_fields_are_refused_naming_the_field(http, field):
         (lambda o: ["not", "an", "object"], "timers_bad_op"),
     ],
 )
-def test_malformed_ops_are_refused_and_change_nothing(http, mutate, reason):
+def test_malformed_ops_are_refused_and_change_nothing(mutate, reason, api):
     q = uniq("tq")
     good = sched(q, "good")
-    err(post(http, good, mutate(sched(q, "k"))), 400, "timers_bad_request", reason)
-    assert http.get(f"/api/v1/timers/{q}/good").json()["found"] is False
+    err(api.timers(good, mutate(sched(q, "k"))), 400, "timers_bad_request", reason)
+    assert api.peek(q, "good").json()["found"] is False
 
 
-def test_same_timer_twice_in_one_call_is_refused(http):
+def test_same_timer_twice_in_one_call_is_refused(api):
     q = uniq("tq")
-    body = err(post(http, sched(q, "k"), {"op": "cancel", "queue": q, "timerKey": "k"}), 400, "timers_bad_request",
+    body = err(api.timers(sched(q, "k"), {"op": "cancel", "queue": q, "timerKey": "k"}), 400, "timers_bad_request",
                "timers_duplicate_key")
     assert body["index"] == 1
-    results(http, sched(q, "k"), sched(q + "x", "k"))  # same key on another queue is another timer
+    api.timer_results(sched(q, "k"), sched(q + "x", "k"))  # same key on another queue is another timer
 
 
-def test_op_count_limit(http):
+def test_op_count_limit(api):
     q = uniq("tq")
-    assert len(results(http, *[sched(q, f"k{i}") for i in range(256)])) == 256
-    err(post(http, *[sched(q, f"j{i}") for i in range(257)]), 400, "timers_bad_request", "timers_too_many_ops")
-    assert http.get(f"/api/v1/timers/{q}/j0").json()["found"] is False
+    assert len(api.timer_results(*[sched(q, f"k{i}") for i in range(256)])) == 256
+    err(api.timers(*[sched(q, f"j{i}") for i in range(257)]), 400, "timers_bad_request", "timers_too_many_ops")
+    assert api.peek(q, "j0").json()["found"] is False
 
 
 @pytest.mark.parametrize(
@@ -327,51 +286,51 @@ def test_bad_bodies(http, content, ctype):
     err(r, 400, "timers_bad_request")
 
 
-def test_empty_operations_is_an_empty_answer(http):
-    r = post(http)
+def test_empty_operations_is_an_empty_answer(api):
+    r = api.timers()
     assert r.status_code == 200 and r.json() == {"results": []}
 
 
 # ------------------------------------------------------------------ plan verdicts
 
 
-def test_horizon_is_403_with_the_hint(http):
+def test_horizon_is_403_with_the_hint(api):
     q = uniq("tq")
-    r = post(http, sched(q, "ok", delay=90 * 86_400_000), sched(q, "far", delay=90 * 86_400_000 + 1))
+    r = api.timers(sched(q, "ok", delay=90 * 86_400_000), sched(q, "far", delay=90 * 86_400_000 + 1))
     body = err(r, 403, "timer_horizon_exceeded", "timers_horizon")
     assert body["index"] == 1
     assert r.headers[TIMERS_HINT_HEADER].startswith("DELETE /api/v1/timers/")
-    assert http.get(f"/api/v1/timers/{q}/ok").json()["found"] is False  # whole batch refused
+    assert api.peek(q, "ok").json()["found"] is False  # whole batch refused
 
 
-def test_payload_ceiling_on_the_decoded_payload(http):
+def test_payload_ceiling_on_the_decoded_payload(api):
     q = uniq("tq")
     mib = 1024 * 1024
     ok = b'"' + b"a" * (mib - 2) + b'"'
-    assert results(http, sched(q, "exact", payload=ok))[0]["ok"]
-    err(post(http, sched(q, "over", payload=ok + b" ")), 413, "payload_too_large", "timers_payload_too_large")
+    assert api.timer_results(sched(q, "exact", payload=ok))[0]["ok"]
+    err(api.timers(sched(q, "over", payload=ok + b" ")), 413, "payload_too_large", "timers_payload_too_large")
     # a zstd payload is measured by what it will deliver, not by its compressed size
     z = zstandard.ZstdCompressor().compress(ok + b" ")
-    err(post(http, {**sched(q, "zover"), "payload": b64(z), "payloadZstd": True}), 413, "payload_too_large",
+    err(api.timers({**sched(q, "zover"), "payload": b64(z), "payloadZstd": True}), 413, "payload_too_large",
         "timers_payload_too_large")
 
 
 # ------------------------------------------------------------------ the fire never stops on its own
 
 
-def test_not_json_payload_is_accepted_and_fails_at_the_fire(http):
+def test_not_json_payload_is_accepted_and_fails_at_the_fire(api):
     """The broker checks JSON at the fire (permanent failure, one attempt spent, backoff, cancellable)."""
     q = uniq("tq")
-    results(http, sched(q, "bad", delay=0, payload=b"\xff not json"))
+    api.timer_results(sched(q, "bad", delay=0, payload=b"\xff not json"))
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        peek = http.get(f"/api/v1/timers/{q}/bad").json()
+        peek = api.peek(q, "bad").json()
         if peek["attempts"] >= 1:
             break
         time.sleep(0.05)
     assert peek["attempts"] >= 1 and "JSON" in peek["lastError"]
     assert peek["claimed"] is False  # in backoff: not claimed...
-    assert http.delete(f"/api/v1/timers/{q}/bad").json()["status"] == "cancelled"  # ...so cancellable
+    assert api.cancel(q, "bad").json()["status"] == "cancelled"  # ...so cancellable
 
 
 def test_test_hooks_validate_their_bodies(http):
@@ -381,10 +340,10 @@ def test_test_hooks_validate_their_bodies(http):
     assert r.status_code == 400
 
 
-def test_fire_metrics_are_exported(http):
+def test_fire_metrics_are_exported(http, api):
     q, txn = uniq("tq"), uniq("txn")
-    results(http, sched(q, "m", delay=0, txn=txn))
-    wait_fired(http, q, txn)
+    api.timer_results(sched(q, "m", delay=0, txn=txn))
+    api.wait_fired(q, txn)
     text = http.get("/metrics/prometheus").text
     counts = {}
     for line in text.splitlines():

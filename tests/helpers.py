@@ -1,0 +1,307 @@
+"""What the tests say to the broker, written once.
+
+- ``Api(http)``: the broker's HTTP routes over an ``httpx.Client``. The raw ones (``push_items``,
+  ``push_n``, ``pop_response``, ``transaction``, ``timers``, ``cancel``, ``peek``, ``list_timers``,
+  ``kv``) return the ``httpx.Response`` untouched, so a test asserts what it means to
+  (``api.timers(op).status_code``); the others (``configure``, ``push``, ``push_each``, ``pop``,
+  ``messages``, ``pop_until``, ``delivered``, ``ack``, ``ack_all``, ``lookup``, ``found``, ``tx``,
+  ``timer_results``, ``wait_fired``, ``kv_body``, ``kv_results``, ``kv_one``) first assert the status
+  every caller expects and return the body. Anything else goes to the ``httpx.Client``.
+- ``authed(secret, broker, tenant, sub, grants)``: an ``Api`` whose client carries an HS256 token.
+- ``dedicated_broker(...)``: a module's own ``queen serve`` with its settings, as a context manager.
+- ``timer_op(...)``, ``push_op(...)``, ``ack_op(...)``, ``kv_put(...)``: request fragments.
+- ``refused(r, status, code, reason)``: assert an error envelope.
+- ``wait_for(pred)``: poll until something truthy comes back (sync); ``await_delivered(client, ...)``:
+  the same for a ``queen-mq`` client waiting on a timer's message.
+- ``db_fetch(dsn, sql, *args)``: one query on a database, from sync test code; ``frames(dsn, txn)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import asyncpg
+import httpx
+from conftest import run_sync
+
+from broker.auth import mint
+from broker.localserver import LocalBroker
+
+T = TypeVar("T")
+
+
+# ------------------------------------------------------------------------------------------- waiting
+
+
+def wait_for(pred: Callable[[], T], timeout: float = 10.0, what: str = "condition", interval: float = 0.05) -> T:
+    """Call ``pred`` until it returns something truthy and return that; fail the test after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{what}: not met within {timeout}s")
+        time.sleep(interval)
+
+
+async def await_delivered(client: Any, queue: str, txn: str, timeout: float = 10.0, interval: float = 0.05,
+                          what: str | None = None) -> None:
+    """Wait until the message with ``txn`` is in ``queue``, asked through a ``queen-mq`` client's HTTP
+    client (the client has no lookup API of its own; the broker's lookup route answers)."""
+    http = client._http_client
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        body = await http.get(f"/api/v1/messages/lookup?queue={queue}&txn={txn}")
+        if body and body.get("found"):
+            return
+        await asyncio.sleep(interval)
+    raise AssertionError(what or f"{txn} not delivered")
+
+
+# ------------------------------------------------------------------------------------------ database
+
+
+def db_fetch(dsn: str, sql: str, *args: Any) -> list[asyncpg.Record]:
+    """Run one query on ``dsn`` and return its rows (from sync code, even inside a running loop)."""
+
+    async def go() -> list[asyncpg.Record]:
+        conn = await asyncpg.connect(dsn)
+        try:
+            return await conn.fetch(sql, *args)
+        finally:
+            await conn.close()
+
+    return run_sync(go())
+
+
+def frames(dsn: str, txn: str) -> list[asyncpg.Record]:
+    """The log rows (id, created_at) carrying transaction id ``txn``: how many times a timer fired."""
+    return db_fetch(dsn, "SELECT id, created_at FROM queen_messages WHERE txn = $1", txn)
+
+
+# ------------------------------------------------------------------------------- brokers and clients
+
+
+def authed(secret: str, broker: LocalBroker, tenant: str, sub: str = "svc",
+           grants: Sequence[str] = ("produce", "consume")) -> Api:
+    """An ``Api`` on ``broker`` whose requests carry an HS256 token (signed with ``secret``) for
+    ``tenant``/``sub`` with ``grants``."""
+    token = mint(tenant=tenant, sub=sub, grants=list(grants), secret=secret)
+    return Api(httpx.Client(base_url=broker.url, timeout=30, headers={"Authorization": f"Bearer {token}"}))
+
+
+@contextmanager
+def dedicated_broker(pg: Any, tmp_path_factory: Any, name: str, env: dict[str, str], workers: int = 2) -> Iterator[LocalBroker]:
+    """A ``queen serve`` of a test module's own, on a fresh database, logging to ``<tmp>/<name>.log``."""
+    log_dir: Path = tmp_path_factory.mktemp(name)
+    b = LocalBroker(dsn=pg.new_db(), workers=workers, env=env, log_path=log_dir / f"{name}.log")
+    b.start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+# ---------------------------------------------------------------------------------------- refusals
+
+
+def refused(r: httpx.Response, status: int, code: str, reason: str | None = None) -> dict:
+    """Assert ``r`` is the error envelope with this status, ``error`` code and (when given) ``reason``."""
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert body["error"] == code, body
+    if reason is not None:
+        assert body["reason"] == reason, body
+    return body
+
+
+# -------------------------------------------------------------------------------- request fragments
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def timer_op(queue: str, key: str, txn: str | None = None, *, delay: int = 60_000, payload: bytes = b'{"k": 1}',
+             op: str = "schedule", **extra: Any) -> dict:
+    """A schedule (or ``op=``reschedule) operation of ``POST /api/v1/timers``; a fresh txn unless given."""
+    return {"op": op, "queue": queue, "timerKey": key, "payload": b64(payload), "delayMs": delay,
+            "txn": txn or uuid.uuid4().hex, **extra}
+
+
+def push_op(queue: str, *txns: str) -> dict:
+    """A transaction push operation with one item per txn (payload ``{"t": txn}``)."""
+    return {"type": "push", "items": [{"queue": queue, "payload": {"t": t}, "transactionId": t} for t in txns]}
+
+
+def ack_op(m: dict, **kw: Any) -> dict:
+    """A transaction ack operation completing the popped message ``m``."""
+    return {"type": "ack", "transactionId": m["transactionId"], "partitionId": m["partitionId"], "status": "completed",
+            "leaseId": m["leaseId"], **kw}
+
+
+def kv_put(ns: str, key: str, value: Any, **kw: Any) -> dict:
+    """A KV put that lives forever unless ``ttlSeconds`` is given."""
+    op = {"op": "put", "ns": ns, "key": key, "value": value}
+    if "ttlSeconds" not in kw:
+        kw.setdefault("forever", True)
+    op.update(kw)
+    return op
+
+
+# ------------------------------------------------------------------------------------------- the API
+
+
+class Api:
+    """The broker's routes over one ``httpx.Client`` (its base URL and credentials). Anything else is
+    the client's own (``api.get(...)``, ``api.post(...)``), and ``with Api(...) as api:`` closes it."""
+
+    def __init__(self, http: httpx.Client) -> None:
+        self.http = http
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.http, name)
+
+    def __enter__(self) -> Api:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.http.close()
+
+    # -- message log
+    def configure(self, queue: str, **options: Any) -> httpx.Response:
+        r = self.http.post("/api/v1/configure", json={"queue": queue, "options": options})
+        assert r.status_code == 200, r.text
+        return r
+
+    def push_items(self, items: list[dict]) -> httpx.Response:
+        return self.http.post("/api/v1/push", json={"items": items})
+
+    def push(self, queue: str, payloads: Sequence[Any], partition: str = "Default") -> list[dict]:
+        """Push one item per payload; asserts 201."""
+        r = self.push_items([{"queue": queue, "partition": partition, "payload": p} for p in payloads])
+        assert r.status_code == 201, r.text
+        return r.json()
+
+    def push_n(self, queue: str, n: int = 1, partition: str = "p") -> httpx.Response:
+        """Push ``n`` distinct messages (payload ``{"i": i}``, fresh transaction ids); the raw response."""
+        return self.push_items([{"queue": queue, "partition": partition, "payload": {"i": i}, "transactionId": uuid.uuid4().hex}
+                                for i in range(n)])
+
+    def push_each(self, queue: str, items: list[dict]) -> list[dict]:
+        """Push ``items`` (each completed with ``"queue": queue``); asserts 201."""
+        r = self.push_items([{"queue": queue, **it} for it in items])
+        assert r.status_code == 201, r.text
+        return r.json()
+
+    def pop_response(self, queue: str, **params: Any) -> httpx.Response:
+        params.setdefault("wait", "false")
+        return self.http.get(f"/api/v1/pop/queue/{queue}", params=params)
+
+    def pop(self, queue: str, **params: Any) -> dict | None:
+        """The pop answer (``None`` for 204); a non-waiting pop unless ``wait`` is given."""
+        r = self.pop_response(queue, **params)
+        assert r.status_code in (200, 204), r.text
+        return r.json() if r.status_code == 200 else None
+
+    def messages(self, queue: str, **params: Any) -> list[dict]:
+        """The popped messages, ``[]`` when none."""
+        ans = self.pop(queue, **params)
+        return ans["messages"] if ans else []
+
+    def pop_until(self, queue: str, n: int = 1, timeout: float = 10.0, batch: int | None = None) -> list[dict]:
+        """Long-poll ``queue`` until at least ``n`` messages came (or ``timeout``); returns what came."""
+        got: list[dict] = []
+        deadline = time.monotonic() + timeout
+        while len(got) < n and time.monotonic() < deadline:
+            got += self.messages(queue, wait="true", timeout="1000", batch=str(batch or n))
+        return got
+
+    def delivered(self, queue: str, timeout: float = 10.0) -> list[dict]:
+        """The messages of the first non-empty long-poll answer (up to 200); fails if none come."""
+        msgs = self.pop_until(queue, 1, timeout, batch=200)
+        assert msgs, f"nothing delivered to {queue} within {timeout}s"
+        return msgs
+
+    def ack(self, m: dict, status: str = "completed", error: str | None = None, **extra: Any) -> list[dict]:
+        body = {"transactionId": m["transactionId"], "partitionId": m["partitionId"], "status": status, "error": error,
+                "consumerGroup": None, "leaseId": m["leaseId"], **extra}
+        r = self.http.post("/api/v1/ack", json=body)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def ack_all(self, msgs: list[dict], status: str = "completed", group: str | None = None) -> list[dict]:
+        body = {"acknowledgments": [{"transactionId": m["transactionId"], "partitionId": m["partitionId"],
+                                     "status": status, "leaseId": m["leaseId"], "error": None} for m in msgs],
+                "consumerGroup": group}
+        r = self.http.post("/api/v1/ack/batch", json=body)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def lookup(self, queue: str, txn: str) -> dict:
+        r = self.http.get("/api/v1/messages/lookup", params={"queue": queue, "txn": txn})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def found(self, queue: str, txn: str) -> bool:
+        """Whether a message with ``txn`` is in ``queue``."""
+        return self.lookup(queue, txn)["found"]
+
+    def transaction(self, body: dict) -> httpx.Response:
+        return self.http.post("/api/v1/transaction", json=body)
+
+    def tx(self, body: dict, status: int = 200) -> dict:
+        """The transaction's answer body; asserts ``status``."""
+        r = self.transaction(body)
+        assert r.status_code == status, r.text
+        return r.json()
+
+    # -- timers
+    def timers(self, *ops: dict) -> httpx.Response:
+        return self.http.post("/api/v1/timers", json={"operations": list(ops)})
+
+    def timer_results(self, *ops: dict) -> list[dict]:
+        r = self.timers(*ops)
+        assert r.status_code == 200, r.text
+        return r.json()["results"]
+
+    def cancel(self, queue: str, key: str, txn: str | None = None) -> httpx.Response:
+        return self.http.delete(f"/api/v1/timers/{queue}/{key}", params={"txn": txn} if txn is not None else None)
+
+    def peek(self, queue: str, key: str) -> httpx.Response:
+        return self.http.get(f"/api/v1/timers/{queue}/{key}")
+
+    def list_timers(self, queue: str, **params: Any) -> httpx.Response:
+        return self.http.get(f"/api/v1/timers/{queue}", params=params)
+
+    def wait_fired(self, queue: str, txn: str, timeout: float = 10.0) -> dict:
+        """The lookup answer once the timer's message is in ``queue``."""
+        return wait_for(lambda: (body := self.lookup(queue, txn)).get("found") and body, timeout,
+                        f"timer {txn} of {queue} fired")
+
+    # -- KV
+    def kv(self, *ops: dict) -> httpx.Response:
+        return self.http.post("/api/v1/kv", json={"operations": list(ops)})
+
+    def kv_body(self, *ops: dict, status: int = 200) -> dict:
+        r = self.kv(*ops)
+        assert r.status_code == status, r.text
+        return r.json()
+
+    def kv_results(self, *ops: dict) -> list[dict]:
+        return self.kv_body(*ops)["results"]
+
+    def kv_one(self, op: dict) -> dict:
+        """The one result of a one-op call; asserts 200 and that there is exactly one."""
+        results = self.kv_results(op)
+        assert len(results) == 1
+        return results[0]
