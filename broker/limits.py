@@ -55,9 +55,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import asyncpg
 
 from broker.errors import (
     TIMERS_HINT_HEADER,
@@ -69,6 +71,10 @@ from broker.errors import (
 )
 from broker.metrics import LIMIT_REFUSALS
 from broker.store.queries import Q
+
+if TYPE_CHECKING:
+    from broker.auth import Principal
+    from broker.context import Broker
 
 log = logging.getLogger("queen.limits")
 
@@ -214,31 +220,16 @@ class LimitsCache:
         return max(1.0, self.period_left_s - (time.monotonic() - self.cell_fetched))
 
 
-def cache_of(broker: Any) -> LimitsCache:
-    cache = broker.services.get("limits")
-    if cache is None:
-        cache = LimitsCache(broker.settings)
-        broker.services["limits"] = cache
-    return cache  # type: ignore[no-any-return]
+def cache_of(broker: Broker) -> LimitsCache:
+    return broker.services.limits
 
 
-async def install(broker: Any) -> None:
-    """Ready hook: subscribe to admin changes and start the refresh loop."""
-    cache = cache_of(broker)
-    from broker import metering
-
-    metering.configure(broker.settings)
-    if broker.notifier is not None:
-        broker.notifier.subscribe(NOTIFY_CHANNEL, cache.invalidate)
-        broker.notifier.on_reconnect(lambda: cache.invalidate("*"))
-
-    async def loop() -> None:
-        # a little more often than the bound, so requests do not find their entry stale and pay the read
-        while True:
-            await asyncio.sleep(cache.refresh_s * 0.8)
-            await cache.refresh_all(broker.require_pool())
-
-    broker.loops.start("limits-refresh", loop)
+async def refresh_loop(cache: LimitsCache, pool: Callable[[], asyncpg.Pool]) -> None:
+    """The ``limits-refresh`` loop (started by ``broker.services``): one query for every tenant served,
+    a little more often than the bound, so requests do not find their entry stale and pay the read."""
+    while True:
+        await asyncio.sleep(cache.refresh_s * 0.8)
+        await cache.refresh_all(pool())
 
 
 async def plan_for(broker: Any, tenant: str) -> Plan:

@@ -1,8 +1,9 @@
 """Transaction riders: the ``kv`` and ``timers`` arrays of ``POST /api/v1/transaction``.
 
 The transaction route (message log) owns the bundle: it parses the body, opens ONE database
-transaction, applies pushes and acks, then hands each rider its ops on the same connection. Riders
-register themselves at import (``register``); the transaction code never imports kv or timers.
+transaction, applies pushes and acks, then hands each rider its ops on the same connection. The riders
+are registered explicitly by ``broker.services.build`` (``registry``) into ``Broker.services.riders``;
+the transaction code never imports kv or timers.
 
 Flow for a rider named N whose array is present in the body:
   1. ``parsed = rider.parse(ops, principal, broker)``   before any SQL; raises ``ApiError`` (400...)
@@ -42,11 +43,14 @@ class Rider(Protocol):
     ) -> list[dict[str, Any]]: ...
 
 
-RIDERS: dict[str, Rider] = {}
 ORDER = ("kv", "timers")
 
 
-def register(rider: Rider) -> None:
-    if rider.name not in ORDER:
-        raise ValueError(f"unknown rider {rider.name!r}; known: {ORDER}")
-    RIDERS[rider.name] = rider
+def registry(*riders: Rider) -> dict[str, Rider]:
+    """The riders this broker serves, by name (each name must be one of ``ORDER``)."""
+    out: dict[str, Rider] = {}
+    for rider in riders:
+        if rider.name not in ORDER:
+            raise ValueError(f"unknown rider {rider.name!r}; known: {ORDER}")
+        out[rider.name] = rider
+    return out

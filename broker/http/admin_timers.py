@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from broker.app import BROKER, principal
+from broker.context import BROKER, principal
 from broker.errors import BadRequest
 from broker.http.wire import json_response, read_object
 from broker.store.queries import Q

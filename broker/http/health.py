@@ -8,7 +8,7 @@ import os
 from aiohttp import web
 
 from broker import __version__
-from broker.app import BROKER
+from broker.context import BROKER
 from broker.http.wire import json_response
 
 PING_TIMEOUT_S = 2.0

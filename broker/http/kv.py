@@ -35,10 +35,10 @@ import orjson
 from aiohttp import web
 
 from broker import limits
-from broker.app import BROKER, principal
+from broker.context import BROKER, principal
 from broker.errors import ApiError, NotFound, Unavailable
 from broker.http.wire import json_response, read_json
-from broker.kv import pruner, store
+from broker.kv import store
 from broker.kv.ops import CODE, KvCall, bad, check_key, check_ns, parse_body, parse_ops
 from broker.kv.rider import RIDER, require_grants
 from broker.store.failures import DB_DOWN, DB_RETRY
@@ -214,5 +214,3 @@ def setup(app: web.Application) -> None:
     app.router.add_get("/api/v1/kv/{ns}/{key:.+}", kv_get)
     app.router.add_put("/api/v1/kv/{ns}/{key:.+}", kv_put)
     app.router.add_delete("/api/v1/kv/{ns}/{key:.+}", kv_delete)
-    b = app[BROKER]
-    b.on_ready("kv-pruner", pruner.start)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from broker.app import BROKER, principal
+from broker.context import BROKER, principal
 from broker.errors import BadRequest, Forbidden
 from broker.http.wire import json_response, read_object
 from broker.store.queries import Q

@@ -12,7 +12,7 @@
 - ``GET /api/v1/timers/{queue}[?after=&limit=]`` -> ``{rows, truncated, nextAfter}``; ``limit`` defaults
   to 100 and is clamped to 1..1000, never rejected. There is no tenant-wide list.
 
-``timerKey`` is a catch-all path segment (``tenant/42`` is a legal key). The sweeper is started here.
+``timerKey`` is a catch-all path segment (``tenant/42`` is a legal key).
 """
 
 from __future__ import annotations
@@ -20,9 +20,8 @@ from __future__ import annotations
 from aiohttp import web
 
 from broker import errors, limits
-from broker.app import BROKER, principal
+from broker.context import BROKER, principal
 from broker.http.wire import json_response, read_object
-from broker.timers import rider as _rider  # noqa: F401  (registers the transaction rider at import)
 from broker.timers import service
 from broker.timers.ops import MAX_KEY, MAX_QUEUE, MAX_TXN, bad, check_name, parse_ops
 
@@ -102,10 +101,7 @@ async def list_timers(request: web.Request) -> web.Response:
 
 
 def setup(app: web.Application) -> None:
-    from broker import sweeper
-
     app.router.add_post("/api/v1/timers", post_timers)
     app.router.add_get("/api/v1/timers/{queue}", list_timers)
     app.router.add_get("/api/v1/timers/{queue}/{timerKey:.+}", peek_timer)
     app.router.add_delete("/api/v1/timers/{queue}/{timerKey:.+}", delete_timer)
-    sweeper.install(app[BROKER])

@@ -48,4 +48,3 @@ class KvRider:
 
 
 RIDER = KvRider()
-riders.register(RIDER)

@@ -85,7 +85,7 @@ def parse_bundle(body: dict[str, Any], principal: Any, b: Any, max_payload: int)
     for name in riders.ORDER:
         if name not in body:
             continue
-        rider = riders.RIDERS.get(name)
+        rider = b.services.riders.get(name)
         if rider is None:
             raise BadRequest("rider_unavailable", f"this broker does not serve the {name!r} rider")
         bundle.riders.append((rider, rider.parse(body[name], principal, b)))

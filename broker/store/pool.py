@@ -7,6 +7,9 @@ import orjson
 
 from broker.config import Settings
 
+# What a query helper runs on: the pool, or a connection (inside the caller's transaction).
+Executor = asyncpg.Pool | asyncpg.Connection
+
 
 def _dumps(v: object) -> str:
     return orjson.dumps(v).decode()

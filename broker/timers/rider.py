@@ -13,7 +13,7 @@ from typing import Any
 
 import asyncpg
 
-from broker import errors, limits, metering, riders
+from broker import errors, limits, metering
 from broker.timers import service
 from broker.timers.ops import TimerOp, parse_ops
 
@@ -43,4 +43,3 @@ class TimersRider:
 
 
 RIDER = TimersRider()
-riders.register(RIDER)
