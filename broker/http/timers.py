@@ -2,7 +2,7 @@
 
 - ``POST /api/v1/timers`` ``{"operations": [...]}`` -> 200 ``{"results": [...]}``, index-aligned, one
   transaction and one statement for the batch, at most ``QUEEN_TIMERS_MAX_OPS`` (256) ops. Needs the
-  ``produce`` grant and passes ``limits.admit``; any refusal of the tenant or the cluster refuses the
+  ``produce`` grant and passes the timers' admission (``service.admit``: ``limits.admit``, the plan); any refusal of the tenant or the cluster refuses the
   whole batch and carries ``x-queen-timers-hint`` naming the DELETE route. Scheduling switched off by an
   operator: 503 ``timers_disabled`` (+ hint, Retry-After).
 - ``DELETE /api/v1/timers/{queue}/{timerKey}[?txn=...]`` -> the one result object. Its own authorization
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from broker import errors, limits
+from broker import errors
 from broker.context import BROKER, principal
 from broker.http.wire import json_response, read_object
 from broker.timers import service
@@ -45,11 +45,6 @@ async def post_timers(request: web.Request) -> web.Response:
     ops = parse_ops(body["operations"], max_ops=b.settings.timers_max_ops)
     if not ops:
         return json_response({"results": []})
-    try:
-        await limits.admit(b, p, "timers", service.schedule_count(ops))
-    except errors.ApiError as exc:
-        raise service.with_hint(exc) from None
-    await service.check_plan(b, p, ops)
     results = await service.schedule_call(b, p, ops)
     return json_response({"results": results})
 

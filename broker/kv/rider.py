@@ -13,17 +13,9 @@ from typing import Any
 
 import asyncpg
 
-from broker import limits, riders
-from broker.kv import store
+from broker import riders
+from broker.kv import service, store
 from broker.kv.ops import MAX_OPS_TX, KvCall, parse_ops
-
-
-def require_grants(principal: Any, call: KvCall) -> None:
-    """Writes need ``produce``; a call of reads only needs ``consume`` or ``produce``."""
-    if call.writes:
-        principal.require("produce")
-    elif call.reads and not principal.has("produce"):
-        principal.require("consume")
 
 
 class KvRider:
@@ -33,10 +25,7 @@ class KvRider:
         return parse_ops(ops, max_ops=MAX_OPS_TX, in_tx=True)
 
     async def admit(self, parsed: KvCall, principal: Any, broker: Any) -> None:
-        require_grants(principal, parsed)
-        await limits.check_kv_enabled(broker, principal.tenant, in_transaction=True)
-        if parsed.writes:
-            await limits.admit(broker, principal, "kv_write", parsed.writes)
+        await service.admit(broker, principal, parsed, in_transaction=True)
 
     async def apply(
         self, conn: asyncpg.Connection, parsed: KvCall, principal: Any, broker: Any, base_index: int

@@ -6,6 +6,7 @@ import asyncpg
 import orjson
 
 from broker.config import Settings
+from broker.store.queries import Q
 
 # What a query helper runs on: the pool, or a connection (inside the caller's transaction).
 Executor = asyncpg.Pool | asyncpg.Connection
@@ -49,3 +50,9 @@ async def connect(dsn: str) -> asyncpg.Connection:
     conn = await asyncpg.connect(dsn, server_settings={"application_name": "queen-broker", "timezone": "UTC"})
     await init_connection(conn)
     return conn
+
+
+async def ping(pool: asyncpg.Pool) -> None:
+    """Does the database answer on a pooled connection? (``/health``)"""
+    async with pool.acquire() as conn:
+        await conn.fetchval(Q.store_ping)

@@ -13,7 +13,7 @@ from typing import Any
 
 import asyncpg
 
-from broker import errors, limits, metering
+from broker import metering
 from broker.timers import service
 from broker.timers.ops import TimerOp, parse_ops
 
@@ -26,11 +26,7 @@ class TimersRider:
         return parse_ops(ops, max_ops=broker.settings.timers_max_ops)
 
     async def admit(self, parsed: list[TimerOp], principal: Any, broker: Any) -> None:
-        try:
-            await limits.admit(broker, principal, "timers", service.schedule_count(parsed))
-        except errors.ApiError as exc:
-            raise service.with_hint(exc) from None
-        await service.check_plan(broker, principal, parsed)
+        await service.admit(broker, principal, parsed)
 
     async def apply(
         self, conn: asyncpg.Connection, parsed: list[TimerOp], principal: Any, broker: Any, base_index: int

@@ -228,8 +228,20 @@ def applied_schedules(results: Sequence[dict[str, Any]]) -> int:
     return sum(1 for r in results if r["status"] in (Status.SCHEDULED, Status.RESCHEDULED))
 
 
+async def admit(broker: Any, principal: Principal, ops: Sequence[TimerOp]) -> None:
+    """Admission of a schedule-class call (``POST /api/v1/timers``, the timers rider): the limits rungs
+    (surface ``timers``, ops = schedules and reschedules), any refusal carrying ``x-queen-timers-hint``,
+    then the plan's horizon and payload ceiling."""
+    try:
+        await limits.admit(broker, principal, "timers", schedule_count(ops))
+    except errors.ApiError as exc:
+        raise with_hint(exc) from None
+    await check_plan(broker, principal, ops)
+
+
 async def schedule_call(broker: Any, principal: Principal, ops: Sequence[TimerOp]) -> list[dict[str, Any]]:
-    """``POST /api/v1/timers``: one transaction for the batch and its meter."""
+    """``POST /api/v1/timers``: admission, then one transaction for the batch and its meter."""
+    await admit(broker, principal, ops)
     pool = broker.require_pool()
     async with pool.acquire() as conn:
         async with conn.transaction():
@@ -303,6 +315,7 @@ __all__ = [
     "CODE",
     "apply",
     "cancel_one",
+    "admit",
     "check_plan",
     "list_page",
     "peek",
