@@ -18,9 +18,13 @@ Order of riders in results: kv first, then timers (PROTOCOL §2.6).
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import asyncpg
+from broker.auth import Principal
+from broker.store.pool import Conn
+
+if TYPE_CHECKING:
+    from broker.context import Broker
 
 
 class RiderAbort(Exception):
@@ -34,12 +38,12 @@ class RiderAbort(Exception):
 class Rider(Protocol):
     name: str
 
-    def parse(self, ops: Any, principal: Any, broker: Any) -> Any: ...
+    def parse(self, ops: Any, principal: Principal, broker: Broker) -> Any: ...
 
-    async def admit(self, parsed: Any, principal: Any, broker: Any) -> None: ...
+    async def admit(self, parsed: Any, principal: Principal, broker: Broker) -> None: ...
 
     async def apply(
-        self, conn: asyncpg.Connection, parsed: Any, principal: Any, broker: Any, base_index: int
+        self, conn: Conn, parsed: Any, principal: Principal, broker: Broker, base_index: int
     ) -> list[dict[str, Any]]: ...
 
 

@@ -440,6 +440,7 @@ class Sweeper:
                 own = conn is None
                 if own:
                     conn = await connect(self.dsn)
+                assert conn is not None
                 try:
                     await conn.execute(Q.timers_release_claims, tokens)
                     log.info("sweeper released %d claim token(s) at drain", len(tokens))

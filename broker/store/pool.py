@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncpg
 import orjson
+from asyncpg.pool import PoolConnectionProxy
 
 from broker.config import Settings
 from broker.store.queries import Q
 
+# A connection as the broker holds one: its own (``connect``) or one acquired from the pool.
+Conn = asyncpg.Connection | PoolConnectionProxy
 # What a query helper runs on: the pool, or a connection (inside the caller's transaction).
-Executor = asyncpg.Pool | asyncpg.Connection
+Executor = asyncpg.Pool | Conn
 
 
 def _dumps(v: object) -> str:

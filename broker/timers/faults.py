@@ -16,6 +16,7 @@ async def fail(pool: asyncpg.Pool, tenant: str, queue: str, klass: str, count: i
     """The next ``count`` fires of ``queue`` fail with ``klass`` (or stall ``ms``); count 0 clears."""
     async with pool.acquire() as conn:
         row = await conn.fetchrow(Q.timers_fault_set, tenant, queue, klass, count, ms)
+    assert row is not None  # an upsert ... RETURNING: always one row
     return {"queue": queue, "class": row["failure_class"], "remaining": row["remaining"], "ms": row["stall_ms"]}
 
 

@@ -9,27 +9,30 @@ Results carry ``"type": "timer"`` and their ``index`` in the bundle's flat resul
 
 from __future__ import annotations
 
-from typing import Any
-
-import asyncpg
+from typing import TYPE_CHECKING, Any
 
 from broker import metering
+from broker.auth import Principal
+from broker.store.pool import Conn
 from broker.timers import service
 from broker.timers.ops import TimerOp, parse_ops
+
+if TYPE_CHECKING:
+    from broker.context import Broker
 
 
 class TimersRider:
     name = "timers"
 
-    def parse(self, ops: Any, principal: Any, broker: Any) -> list[TimerOp]:
+    def parse(self, ops: Any, principal: Principal, broker: Broker) -> list[TimerOp]:
         principal.require("produce")
         return parse_ops(ops, max_ops=broker.settings.timers_max_ops)
 
-    async def admit(self, parsed: list[TimerOp], principal: Any, broker: Any) -> None:
+    async def admit(self, parsed: list[TimerOp], principal: Principal, broker: Broker) -> None:
         await service.admit(broker, principal, parsed)
 
     async def apply(
-        self, conn: asyncpg.Connection, parsed: list[TimerOp], principal: Any, broker: Any, base_index: int
+        self, conn: Conn, parsed: list[TimerOp], principal: Principal, broker: Broker, base_index: int
     ) -> list[dict[str, Any]]:
         results = await service.apply(conn, broker, principal, parsed, check_switch=True, in_transaction=True)
         n = service.applied_schedules(results)

@@ -14,7 +14,8 @@ from broker.store.queries import Q
 from broker.timers.status import iso_us
 
 
-def _doc(row: asyncpg.Record) -> dict[str, Any]:
+def _doc(row: asyncpg.Record | None) -> dict[str, Any]:
+    assert row is not None  # the switches row always exists (the migration inserts it)
     return {
         "paused": row["sweeper_paused"],
         "schedulingEnabled": row["scheduling_enabled"],
