@@ -30,7 +30,7 @@ _period_s: int = Settings().period_seconds
 
 
 def configure(settings: Settings) -> None:
-    """Set the metering period (called once per worker at boot, from the limits ready hook)."""
+    """Set the metering period (called once per worker, by ``broker.services.build``)."""
     global _period_s
     _period_s = int(settings.period_seconds)
 
