@@ -1,7 +1,8 @@
 """The aiohttp application factory.
 
-One ``Broker`` context per worker process (``app[BROKER]``) holds the settings, the pool, the LISTEN
-notifier, the key ring, the codec, the token verifier and the supervised loops. Boot runs in the
+One ``Broker`` context per worker process (``app[BROKER]``, ``broker.context``) holds the settings, the
+pool, the LISTEN notifier, the key ring, the codec, the token verifier, the supervised loops and the
+services (built and started by ``broker.services``). Boot runs in the
 background: until migrations are applied and the pool answers, every ``/api`` route answers 503
 ``booting`` and ``/health`` says why. A database that goes away later turns ``/health`` 503 and API
 calls into 503 ``database_unavailable``; when it returns, the same pool reconnects.
@@ -17,18 +18,14 @@ import logging
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
 
-import asyncpg
 from aiohttp import web
 from aiohttp.web_urldispatcher import UrlDispatcher, UrlMappingMatchInfo
 
-from broker import errors
-from broker.auth import Principal, TokenVerifier
-from broker.codec import Codec
+from broker import errors, services
 from broker.config import Settings
-from broker.crypto import KeyRing
-from broker.loops import Loops
+from broker.context import BROKER, PRINCIPAL_KEY, Broker
+from broker.http import ROUTE_MODULES
 from broker.metrics import HTTP_LATENCY, HTTP_REQUESTS
 from broker.store import migrate
 from broker.store.failures import DB_DOWN, DB_RETRY
@@ -36,59 +33,6 @@ from broker.store.listen import Notifier
 from broker.store.pool import create_pool
 
 log = logging.getLogger("queen.app")
-
-ReadyHook = Callable[["Broker"], Awaitable[None]]
-
-
-@dataclass
-class Broker:
-    settings: Settings
-    dsn: str
-    worker_index: int = 0
-    verifier: TokenVerifier = field(init=False)
-    keyring: KeyRing = field(init=False)
-    codec: Codec = field(init=False)
-    loops: Loops = field(default_factory=Loops)
-    pool: asyncpg.Pool | None = None
-    notifier: Notifier | None = None
-    ready: bool = False
-    boot_reason: str = "starting"
-    draining: bool = False
-    _ready_hooks: list[tuple[str, ReadyHook]] = field(default_factory=list)
-    _stop_hooks: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
-    # Per-surface services registered by the http modules (e.g. "sweeper", "timers"); typed access is
-    # through the owning module.
-    services: dict[str, object] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.verifier = TokenVerifier(self.settings)
-        self.keyring = KeyRing(self.settings.encryption_keys)
-        self.codec = Codec(self.settings.zstd_threshold_bytes, self.settings.zstd_level)
-
-    def on_ready(self, name: str, hook: ReadyHook) -> None:
-        """Run ``hook(broker)`` once, when boot has finished (pool ready, migrations applied)."""
-        self._ready_hooks.append((name, hook))
-
-    def on_stop(self, hook: Callable[[], Awaitable[None]]) -> None:
-        """Run ``hook()`` at drain, before the loops are cancelled and the pool is closed."""
-        self._stop_hooks.append(hook)
-
-    def require_pool(self) -> asyncpg.Pool:
-        if self.pool is None or not self.ready:
-            raise errors.booting()
-        return self.pool
-
-
-BROKER: web.AppKey[Broker] = web.AppKey("broker", Broker)
-PRINCIPAL_KEY = "queen.principal"
-
-
-def principal(request: web.Request) -> Principal:
-    return request[PRINCIPAL_KEY]
-
-
-def broker(request: web.Request) -> Broker:
-    return request.app[BROKER]
 
 
 class Router(UrlDispatcher):
@@ -106,8 +50,6 @@ class Router(UrlDispatcher):
         if "//" in path:
             request = request.clone(rel_url=request.rel_url.with_path(self.collapse(path), encoded=True))
         return await super().resolve(request)
-
-
 
 
 def _http_exception_to_api(exc: web.HTTPException) -> errors.ApiError:
@@ -195,10 +137,7 @@ async def _boot(b: Broker) -> None:
                 log.warning("boot attempt %d failed: %s; retrying", attempt, b.boot_reason)
             await asyncio.sleep(min(2.0, 0.2 * attempt))
     b.notifier = Notifier(b.dsn)
-    b.loops.start("listen", b.notifier.run)
-    for name, hook in b._ready_hooks:
-        await hook(b)
-        log.debug("ready hook %s done", name)
+    await services.start(b)
     b.ready = True
     b.boot_reason = "ready"
     log.info("worker %d ready", b.worker_index)
@@ -214,11 +153,7 @@ async def _broker_ctx(app: web.Application) -> AsyncIterator[None]:
         await boot
     except (asyncio.CancelledError, Exception):
         pass
-    for hook in reversed(b._stop_hooks):
-        try:
-            await asyncio.wait_for(hook(), timeout=b.settings.drain_timeout_s or 1)
-        except Exception:
-            log.exception("stop hook failed")
+    await services.stop(b)
     await b.loops.stop()
     if b.pool is not None:
         try:
@@ -227,16 +162,21 @@ async def _broker_ctx(app: web.Application) -> AsyncIterator[None]:
             b.pool.terminate()
 
 
-def create_app(settings: Settings, dsn: str, *, worker_index: int = 0) -> web.Application:
-    from broker.http import ROUTE_MODULES
+async def _on_shutdown(app: web.Application) -> None:
+    await services.shutdown(app[BROKER])
 
+
+def create_app(settings: Settings, dsn: str, *, worker_index: int = 0) -> web.Application:
     app = web.Application(
         router=Router(),
         middlewares=[metrics_middleware, error_middleware, boot_auth_middleware],
         client_max_size=settings.max_body_bytes,
     )
-    app[BROKER] = Broker(settings=settings, dsn=dsn, worker_index=worker_index)
+    b = Broker(settings=settings, dsn=dsn, worker_index=worker_index)
+    services.build(b)
+    app[BROKER] = b
     app.cleanup_ctx.append(_broker_ctx)
+    app.on_shutdown.append(_on_shutdown)
     for module in ROUTE_MODULES:
         module.setup(app)
     return app

@@ -161,5 +161,5 @@ def mint(
     elif alg == "EdDSA":
         sig = key.sign(signing_input)  # type: ignore[union-attr,call-arg]
     else:
-        sig = key.sign(signing_input, padding.PKCS1v15(), hashes.SHA256())  # type: ignore[union-attr,call-arg]
+        sig = key.sign(signing_input, padding.PKCS1v15(), hashes.SHA256())  # type: ignore[union-attr,call-arg,arg-type]
     return f"{head}.{body}.{_b64url(sig)}"

@@ -10,6 +10,7 @@ not help, 404 no such route, 413 too large, 429 retry later (``Retry-After``), 5
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import cast
 
 import orjson
 
@@ -102,7 +103,7 @@ class TooManyRequests(ApiError):
     code = "rate_limited"
 
     def __init__(self, reason: str, detail: str, *, retry_after_s: float = 1, **kw: object) -> None:
-        headers = dict(kw.pop("headers", None) or {})  # type: ignore[arg-type]
+        headers = dict(cast("Mapping[str, str] | None", kw.pop("headers", None)) or {})
         headers["Retry-After"] = str(max(1, int(retry_after_s + 0.999)))
         super().__init__(reason, detail, headers=headers, **kw)  # type: ignore[arg-type]
 
@@ -114,7 +115,7 @@ class Unavailable(ApiError):
     code = "unavailable"
 
     def __init__(self, reason: str, detail: str, *, retry_after_s: float = 1, **kw: object) -> None:
-        headers = dict(kw.pop("headers", None) or {})  # type: ignore[arg-type]
+        headers = dict(cast("Mapping[str, str] | None", kw.pop("headers", None)) or {})
         headers["Retry-After"] = str(max(1, int(retry_after_s + 0.999)))
         super().__init__(reason, detail, headers=headers, **kw)  # type: ignore[arg-type]
 

@@ -55,10 +55,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING
 
+import asyncpg
+
+from broker.config import Settings
 from broker.errors import (
     TIMERS_HINT_HEADER,
     TIMERS_HINT_VALUE,
@@ -68,7 +71,12 @@ from broker.errors import (
     Unavailable,
 )
 from broker.metrics import LIMIT_REFUSALS
+from broker.store.pool import Executor
 from broker.store.queries import Q
+
+if TYPE_CHECKING:
+    from broker.auth import Principal
+    from broker.context import Broker
 
 log = logging.getLogger("queen.limits")
 
@@ -97,7 +105,7 @@ PLAN_FIELDS = tuple(f.name for f in fields(Plan))
 ZERO_UNLIMITED = frozenset({"timers_row_quota", "rate_limit_per_s", "period_quota_messages", "storage_quota_bytes"})
 
 
-def cell_plan(settings: Any) -> Plan:
+def cell_plan(settings: Settings) -> Plan:
     return Plan(
         timers_horizon_ms=settings.timers_horizon_ms,
         max_payload_bytes=settings.max_payload_bytes,
@@ -145,7 +153,7 @@ class TenantState:
 class LimitsCache:
     """The per-worker view of plans, switches and usage (see the module docstring for the bound)."""
 
-    def __init__(self, settings: Any) -> None:
+    def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.cell = cell_plan(settings)
         self.refresh_s = settings.limits_refresh_ms / 1000.0
@@ -159,7 +167,7 @@ class LimitsCache:
     def stale(self, st: TenantState | None, now: float) -> bool:
         return st is None or now - st.fetched > self.refresh_s or now - self.cell_fetched > self.refresh_s
 
-    async def get(self, pool: Any, tenant: str) -> TenantState:
+    async def get(self, pool: Executor, tenant: str) -> TenantState:
         now = time.monotonic()
         st = self.tenants.get(tenant)
         if self.stale(st, now):
@@ -172,7 +180,7 @@ class LimitsCache:
         st.last_used = now
         return st
 
-    async def refresh(self, pool: Any, tenants: list[str]) -> None:
+    async def refresh(self, pool: Executor, tenants: list[str]) -> None:
         started = time.monotonic()
         rows = await pool.fetch(Q.limits_state, tenants, self.settings.period_seconds)
         for r in rows:
@@ -195,7 +203,7 @@ class LimitsCache:
                 last_used=prev.last_used if prev else started,
             )
 
-    async def refresh_all(self, pool: Any) -> None:
+    async def refresh_all(self, pool: Executor) -> None:
         now = time.monotonic()
         for t in [t for t, st in self.tenants.items() if now - st.last_used > EVICT_AFTER_S]:
             del self.tenants[t]
@@ -214,34 +222,19 @@ class LimitsCache:
         return max(1.0, self.period_left_s - (time.monotonic() - self.cell_fetched))
 
 
-def cache_of(broker: Any) -> LimitsCache:
-    cache = broker.services.get("limits")
-    if cache is None:
-        cache = LimitsCache(broker.settings)
-        broker.services["limits"] = cache
-    return cache  # type: ignore[no-any-return]
+def cache_of(broker: Broker) -> LimitsCache:
+    return broker.services.limits
 
 
-async def install(broker: Any) -> None:
-    """Ready hook: subscribe to admin changes and start the refresh loop."""
-    cache = cache_of(broker)
-    from broker import metering
-
-    metering.configure(broker.settings)
-    if broker.notifier is not None:
-        broker.notifier.subscribe(NOTIFY_CHANNEL, cache.invalidate)
-        broker.notifier.on_reconnect(lambda: cache.invalidate("*"))
-
-    async def loop() -> None:
-        # a little more often than the bound, so requests do not find their entry stale and pay the read
-        while True:
-            await asyncio.sleep(cache.refresh_s * 0.8)
-            await cache.refresh_all(broker.require_pool())
-
-    broker.loops.start("limits-refresh", loop)
+async def refresh_loop(cache: LimitsCache, pool: Callable[[], asyncpg.Pool]) -> None:
+    """The ``limits-refresh`` loop (started by ``broker.services``): one query for every tenant served,
+    a little more often than the bound, so requests do not find their entry stale and pay the read."""
+    while True:
+        await asyncio.sleep(cache.refresh_s * 0.8)
+        await cache.refresh_all(pool())
 
 
-async def plan_for(broker: Any, tenant: str) -> Plan:
+async def plan_for(broker: Broker, tenant: str) -> Plan:
     if broker.pool is None:
         return cell_plan(broker.settings)
     st = await cache_of(broker).get(broker.require_pool(), tenant)
@@ -255,7 +248,7 @@ def _refuse(err: ApiError, surface: str) -> ApiError:
     return err
 
 
-async def admit(broker: Any, principal: Any, surface: str, ops: int) -> None:
+async def admit(broker: Broker, principal: Principal, surface: str, ops: int) -> None:
     if surface not in SURFACES:
         raise ValueError(f"unknown limits surface {surface!r}; known: {sorted(SURFACES)}")
     ops = max(0, int(ops))
@@ -323,29 +316,29 @@ async def admit(broker: Any, principal: Any, surface: str, ops: int) -> None:
 # --- operator state (the admin routes call these; every change is NOTIFYed to every worker)
 
 
-async def _changed(broker: Any, tenant: str) -> None:
+async def _changed(broker: Broker, tenant: str) -> None:
     await broker.require_pool().execute(Q.limits_notify, tenant)
     cache_of(broker).invalidate(tenant)
 
 
-async def stored_plan(broker: Any, tenant: str) -> dict[str, int | None] | None:
+async def stored_plan(broker: Broker, tenant: str) -> dict[str, int | None] | None:
     row = await broker.require_pool().fetchrow(Q.limits_plan_get, tenant)
     return None if row is None else {n: row[n] for n in PLAN_FIELDS}
 
 
-async def store_plan(broker: Any, tenant: str, values: Mapping[str, int | None]) -> None:
+async def store_plan(broker: Broker, tenant: str, values: Mapping[str, int | None]) -> None:
     """Replace the tenant's stored plan (callers have checked that every value narrows the cell)."""
     await broker.require_pool().execute(Q.limits_plan_put, tenant, *(values.get(n) for n in PLAN_FIELDS))
     await _changed(broker, tenant)
 
 
-async def delete_plan(broker: Any, tenant: str) -> bool:
+async def delete_plan(broker: Broker, tenant: str) -> bool:
     row = await broker.require_pool().fetchrow(Q.limits_plan_delete, tenant)
     await _changed(broker, tenant)
     return row is not None
 
 
-async def timers_paused(broker: Any, tenant: str, value: bool | None = None) -> bool:
+async def timers_paused(broker: Broker, tenant: str, value: bool | None = None) -> bool:
     pool = broker.require_pool()
     if value is None:
         return bool(await pool.fetchval(Q.limits_paused_get, tenant))
@@ -354,7 +347,7 @@ async def timers_paused(broker: Any, tenant: str, value: bool | None = None) -> 
     return bool(now)
 
 
-async def kv_enabled(broker: Any, value: bool | None = None) -> bool:
+async def kv_enabled(broker: Broker, value: bool | None = None) -> bool:
     """The operator's KV kill switch (cluster-wide), read or set."""
     pool = broker.require_pool()
     if value is None:
@@ -364,7 +357,7 @@ async def kv_enabled(broker: Any, value: bool | None = None) -> bool:
     return bool(now)
 
 
-async def check_kv_enabled(broker: Any, tenant: str, *, in_transaction: bool) -> None:
+async def check_kv_enabled(broker: Broker, tenant: str, *, in_transaction: bool) -> None:
     """Refuse every KV call while the operator has switched KV off: 503 ``kv_disabled`` on the KV
     routes (not the caller's fault), 403 ``kv_disabled`` for the transaction rider. Judged on the
     worker's cache, so within the same staleness bound as the rungs."""
@@ -379,7 +372,7 @@ async def check_kv_enabled(broker: Any, tenant: str, *, in_transaction: bool) ->
     raise Unavailable("kv_disabled", detail, code="kv_disabled", retry_after_s=5)
 
 
-async def cluster_suspended(broker: Any, value: bool | None = None) -> bool:
+async def cluster_suspended(broker: Broker, value: bool | None = None) -> bool:
     pool = broker.require_pool()
     if value is None:
         return bool(await pool.fetchval(Q.limits_suspended_get))

@@ -25,7 +25,7 @@ from pathlib import Path
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
 def http_get(url: str, timeout: float = 2.0) -> tuple[int, dict]:

@@ -22,16 +22,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import asyncpg
-
 from broker.config import Settings
+from broker.store.pool import Conn, Executor
 from broker.store.queries import Q
 
 _period_s: int = Settings().period_seconds
 
 
-def configure(settings: Any) -> None:
-    """Set the metering period (called once per worker at boot, from the limits ready hook)."""
+def configure(settings: Settings) -> None:
+    """Set the metering period (called once per worker, by ``broker.services.build``)."""
     global _period_s
     _period_s = int(settings.period_seconds)
 
@@ -40,7 +39,7 @@ def period_seconds() -> int:
     return _period_s
 
 
-async def record(conn: asyncpg.Connection, tenant: str, *, messages: int = 0, kv_ops: int = 0) -> None:
+async def record(conn: Conn, tenant: str, *, messages: int = 0, kv_ops: int = 0) -> None:
     if messages < 0 or kv_ops < 0:
         raise ValueError("usage only grows: messages and kv_ops must be >= 0")
     if not messages and not kv_ops:
@@ -48,7 +47,7 @@ async def record(conn: asyncpg.Connection, tenant: str, *, messages: int = 0, kv
     await conn.execute(Q.metering_record, tenant, _period_s, messages, kv_ops)
 
 
-async def usage(pool: Any, tenant: str | None) -> list[dict[str, Any]]:
+async def usage(pool: Executor, tenant: str | None) -> list[dict[str, Any]]:
     """Current-period usage and gauges of one tenant (always one element) or of every metered tenant."""
     rows = await pool.fetch(Q.usage_tenants, _period_s, tenant)
     return [
@@ -65,6 +64,7 @@ async def usage(pool: Any, tenant: str | None) -> list[dict[str, Any]]:
     ]
 
 
-async def period_bounds(pool: Any) -> tuple[str, str]:
+async def period_bounds(pool: Executor) -> tuple[str, str]:
     row = await pool.fetchrow(Q.usage_period, _period_s)
+    assert row is not None
     return row["period_start"], row["period_end"]

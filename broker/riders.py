@@ -1,8 +1,9 @@
 """Transaction riders: the ``kv`` and ``timers`` arrays of ``POST /api/v1/transaction``.
 
 The transaction route (message log) owns the bundle: it parses the body, opens ONE database
-transaction, applies pushes and acks, then hands each rider its ops on the same connection. Riders
-register themselves at import (``register``); the transaction code never imports kv or timers.
+transaction, applies pushes and acks, then hands each rider its ops on the same connection. The riders
+are registered explicitly by ``broker.services.build`` (``registry``) into ``Broker.services.riders``;
+the transaction code never imports kv or timers.
 
 Flow for a rider named N whose array is present in the body:
   1. ``parsed = rider.parse(ops, principal, broker)``   before any SQL; raises ``ApiError`` (400...)
@@ -17,9 +18,13 @@ Order of riders in results: kv first, then timers (PROTOCOL §2.6).
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import asyncpg
+from broker.auth import Principal
+from broker.store.pool import Conn
+
+if TYPE_CHECKING:
+    from broker.context import Broker
 
 
 class RiderAbort(Exception):
@@ -33,20 +38,23 @@ class RiderAbort(Exception):
 class Rider(Protocol):
     name: str
 
-    def parse(self, ops: Any, principal: Any, broker: Any) -> Any: ...
+    def parse(self, ops: Any, principal: Principal, broker: Broker) -> Any: ...
 
-    async def admit(self, parsed: Any, principal: Any, broker: Any) -> None: ...
+    async def admit(self, parsed: Any, principal: Principal, broker: Broker) -> None: ...
 
     async def apply(
-        self, conn: asyncpg.Connection, parsed: Any, principal: Any, broker: Any, base_index: int
+        self, conn: Conn, parsed: Any, principal: Principal, broker: Broker, base_index: int
     ) -> list[dict[str, Any]]: ...
 
 
-RIDERS: dict[str, Rider] = {}
 ORDER = ("kv", "timers")
 
 
-def register(rider: Rider) -> None:
-    if rider.name not in ORDER:
-        raise ValueError(f"unknown rider {rider.name!r}; known: {ORDER}")
-    RIDERS[rider.name] = rider
+def registry(*riders: Rider) -> dict[str, Rider]:
+    """The riders this broker serves, by name (each name must be one of ``ORDER``)."""
+    out: dict[str, Rider] = {}
+    for rider in riders:
+        if rider.name not in ORDER:
+            raise ValueError(f"unknown rider {rider.name!r}; known: {ORDER}")
+        out[rider.name] = rider
+    return out

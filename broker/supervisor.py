@@ -49,7 +49,8 @@ def worker_main(settings: Settings, sock: socket.socket, dsn: str, index: int, r
 
     from aiohttp import web
 
-    from broker.app import BROKER, create_app
+    from broker.app import create_app
+    from broker.context import BROKER
     from broker.logs import configure_logging
 
     configure_logging(settings.log_level, prefix=f"w{index}")

@@ -1,7 +1,7 @@
 """The sweeper: fires due timers into the log (issue 5).
 
 Shape: ``SweeperConfig`` (from Settings) + ``Sweeper.run()`` (the supervised loop) + ``run_once()`` (one
-cycle, testable alone). Every worker runs one (``install``), unless ``QUEEN_SWEEPER_ENABLED=0``.
+cycle, testable alone). Every worker runs one (started by ``broker.services``), unless ``QUEEN_SWEEPER_ENABLED=0``.
 
 One cycle, on the sweeper's own connection:
   1. claim   ``queen_timers_claim``: up to ``QUEEN_SWEEPER_BATCH`` due rows, FOR UPDATE SKIP LOCKED,
@@ -440,6 +440,7 @@ class Sweeper:
                 own = conn is None
                 if own:
                     conn = await connect(self.dsn)
+                assert conn is not None
                 try:
                     await conn.execute(Q.timers_release_claims, tokens)
                     log.info("sweeper released %d claim token(s) at drain", len(tokens))
@@ -458,19 +459,3 @@ class Sweeper:
             self.conn = None
             if locked:
                 self._cycle_lock.release()
-
-
-def install(b: Any) -> None:
-    """Start this worker's sweeper once the broker is booted (unless disabled) and drain it at stop."""
-    if not b.settings.sweeper_enabled:
-        return
-
-    async def start(broker: Any) -> None:
-        sw = Sweeper(broker.dsn, SweeperConfig.from_settings(broker.settings), broker.codec)
-        broker.services["sweeper"] = sw
-        if broker.notifier is not None:
-            broker.notifier.subscribe(CHANNEL, sw.notify)
-        broker.loops.start("sweeper", sw.run)
-        broker.on_stop(lambda: sw.stop(timeout_s=max(1.0, broker.settings.drain_timeout_s - 1)))
-
-    b.on_ready("sweeper", start)

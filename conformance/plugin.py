@@ -25,21 +25,9 @@ from typing import Any
 import pytest
 
 from conformance.catalogue import BY_ID, CONTRACTS
-from conformance.client import Api, Target
+from conformance.client import Api, NotVerified, Target, not_verified
 
 REPORT_KEY = pytest.StashKey[dict[str, Any]]()
-
-
-class NotVerified(Exception):
-    """Raised by ``not_verified(reason)``: the contract could not be checked against this target."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-def not_verified(reason: str) -> None:
-    raise NotVerified(reason)
 
 
 def cluster_wide(fn: Any) -> Any:

@@ -1,7 +1,9 @@
-"""HTTP surfaces, one module per surface: parse + validate, call the domain, render. No SQL here.
+"""HTTP surfaces, one module per surface: parse + validate, call the domain, render. No SQL here, and
+no background work: the services and loops are created and started by ``broker.services``.
 
-Each module exposes ``setup(app)`` that adds its routes (and registers its background loops with
-``Broker.on_ready``). ``ROUTE_MODULES`` is the one list the app factory walks.
+Each module exposes ``setup(app)`` that adds its routes and nothing else. ``ROUTE_MODULES`` is the one
+list the app factory walks. Handlers read the worker's context and the caller through
+``broker.context`` (``broker(request)``, ``principal(request)``), never through ``broker.app``.
 """
 
 from broker.http import (

@@ -18,7 +18,7 @@ import asyncio
 import orjson
 from aiohttp import web
 
-from broker.app import BROKER, principal
+from broker.context import BROKER, principal
 from broker.errors import Forbidden
 from broker.http.wire import json_response, q_int, read_object
 

@@ -24,7 +24,7 @@ from typing import Any
 from aiohttp import web
 
 from broker import limits
-from broker.app import BROKER, principal
+from broker.context import BROKER, principal
 from broker.errors import BadRequest
 from broker.http.wire import json_response, read_object
 
@@ -146,4 +146,3 @@ def setup(app: web.Application) -> None:
     r.add_post("/api/v1/admin/cluster/suspended", suspended)
     r.add_get("/api/v1/admin/kv", kv_switch)
     r.add_post("/api/v1/admin/kv", kv_switch)
-    app[BROKER].on_ready("limits", limits.install)

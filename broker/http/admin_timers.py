@@ -1,5 +1,5 @@
-"""Operator switches of the timer surface (``admin`` grant). State lives in the database
-(``queen_timer_switches``), so a switch holds for every worker and every broker on the database at once.
+"""Operator switches of the timer surface (``admin`` grant); the state and its queries are in
+``broker.timers.switches`` (the database holds it, so a switch holds for every worker at once).
 
 - ``GET  /api/v1/admin/timers/sweeper``      -> ``{"paused": bool, "schedulingEnabled": bool, "updatedAt"}``
 - ``POST /api/v1/admin/timers/sweeper``      ``{"paused": bool}``: pause / resume the fire, cluster-wide.
@@ -12,23 +12,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from aiohttp import web
 
-from broker.app import BROKER, principal
+from broker.context import BROKER, principal
 from broker.errors import BadRequest
 from broker.http.wire import json_response, read_object
-from broker.store.queries import Q
-from broker.timers.status import iso_us
-
-
-def _doc(row: Any) -> dict[str, Any]:
-    return {
-        "paused": row["sweeper_paused"],
-        "schedulingEnabled": row["scheduling_enabled"],
-        "updatedAt": iso_us(row["updated_at"]),
-    }
+from broker.timers import switches
 
 
 async def _flag(request: web.Request, name: str) -> bool:
@@ -42,28 +31,19 @@ async def _flag(request: web.Request, name: str) -> bool:
 
 async def get_switches(request: web.Request) -> web.Response:
     principal(request).require("admin")
-    async with request.app[BROKER].require_pool().acquire() as conn:
-        row = await conn.fetchrow(Q.timers_switches_get)
-    return json_response(_doc(row))
+    return json_response(await switches.get(request.app[BROKER].require_pool()))
 
 
 async def set_sweeper(request: web.Request) -> web.Response:
     principal(request).require("admin")
     paused = await _flag(request, "paused")
-    async with request.app[BROKER].require_pool().acquire() as conn:
-        async with conn.transaction():
-            row = await conn.fetchrow(Q.timers_switch_sweeper, paused)
-            if not paused:
-                await conn.execute(Q.timers_wake)  # resumed: wake the sweepers now, not at their next tick
-    return json_response(_doc(row))
+    return json_response(await switches.set_sweeper_paused(request.app[BROKER].require_pool(), paused))
 
 
 async def set_scheduling(request: web.Request) -> web.Response:
     principal(request).require("admin")
     enabled = await _flag(request, "enabled")
-    async with request.app[BROKER].require_pool().acquire() as conn:
-        row = await conn.fetchrow(Q.timers_switch_scheduling, enabled)
-    return json_response(_doc(row))
+    return json_response(await switches.set_scheduling(request.app[BROKER].require_pool(), enabled))
 
 
 def setup(app: web.Application) -> None:

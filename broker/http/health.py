@@ -8,8 +8,9 @@ import os
 from aiohttp import web
 
 from broker import __version__
-from broker.app import BROKER
+from broker.context import BROKER
 from broker.http.wire import json_response
+from broker.store.pool import ping
 
 PING_TIMEOUT_S = 2.0
 
@@ -25,8 +26,7 @@ async def health(request: web.Request) -> web.Response:
         )
     try:
         async with asyncio.timeout(PING_TIMEOUT_S):
-            async with b.pool.acquire() as conn:
-                await conn.fetchval("SELECT 1")
+            await ping(b.pool)
     except Exception as exc:  # the database is down, or the pool cannot reach it in time
         return json_response(
             {"status": "unhealthy", "database": "unreachable", "reason": f"{type(exc).__name__}: {exc}"[:300], **base},

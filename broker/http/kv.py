@@ -23,41 +23,26 @@ Path routes (curl sugar, ETag = version):
   ``applied: false, reason: "absent"``); a lost If-Match is 412.
 
 The key segment is a catch-all: ``a/b/c`` is one key. Grants: writes need ``produce``; reads need
-``consume`` or ``produce``. Writes pass the limits rungs (``kv_write``, one op each).
+``consume`` or ``produce``. Writes pass the limits rungs (``kv_write``, one op each): the admission
+is ``broker.kv.service.admit``, shared with the transaction rider.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
 from typing import Any
 
 import orjson
 from aiohttp import web
 
-from broker import limits
-from broker.app import BROKER, principal
-from broker.errors import ApiError, NotFound, Unavailable
+from broker.context import BROKER, principal
+from broker.errors import ApiError, NotFound
 from broker.http.wire import json_response, read_json
-from broker.kv import pruner, store
+from broker.kv import service, store
 from broker.kv.ops import CODE, KvCall, bad, check_key, check_ns, parse_body, parse_ops
-from broker.kv.rider import RIDER, require_grants
-from broker.store.failures import DB_DOWN, DB_RETRY
+from broker.kv.service import apply_db
 
-__all__ = ["RIDER", "setup"]
+__all__ = ["apply_db", "setup"]  # apply_db: re-exported for tests/test_kv.py
 
-
-
-async def apply_db(work: Awaitable[store.Applied]) -> store.Applied:
-    """Run the database part of a KV call; a database that cannot answer is 503 ``kv_unavailable``
-    (reason ``connection``, ``kv_timeout`` or ``kv_conflict``) with Retry-After: not the caller's fault."""
-    try:
-        return await work
-    except DB_RETRY as exc:
-        raise Unavailable("kv_conflict", f"the database asked to retry ({type(exc).__name__})", code="kv_unavailable") from None
-    except TimeoutError:  # before OSError, of which it is a subclass
-        raise Unavailable("kv_timeout", "the database did not answer in time", code="kv_unavailable") from None
-    except DB_DOWN as exc:
-        raise Unavailable("connection", f"the database is unreachable ({type(exc).__name__})", code="kv_unavailable") from None
 
 
 async def kv_batch(request: web.Request) -> web.Response:
@@ -70,13 +55,7 @@ async def kv_batch(request: web.Request) -> web.Response:
 
 
 async def _run(request: web.Request, call: KvCall, *, batch: bool) -> web.Response:
-    b = request.app[BROKER]
-    p = principal(request)
-    require_grants(p, call)
-    await limits.check_kv_enabled(b, p.tenant, in_transaction=False)
-    if call.writes:
-        await limits.admit(b, p, "kv_write", call.writes)
-    done = await apply_db(store.apply(b.require_pool(), p.tenant, call))
+    done = await service.run(request.app[BROKER], principal(request), call)
     if done.abort is not None:
         return json_response(store.precondition_body(done.abort))
     return json_response({"results": done.results})
@@ -139,10 +118,7 @@ async def kv_get(request: web.Request) -> web.StreamResponse:
     ns, key = _path(request)
     _no_query(request)
     call = parse_ops([{"op": "get", "ns": ns, "key": key}], max_ops=1)
-    p = principal(request)
-    require_grants(p, call)
-    await limits.check_kv_enabled(request.app[BROKER], p.tenant, in_transaction=False)
-    done = await apply_db(store.apply(request.app[BROKER].require_pool(), p.tenant, call))
+    done = await service.run(request.app[BROKER], principal(request), call)
     r = done.results[0]
     if not r["found"]:
         raise NotFound("kv_key_not_found", f"no live key {key!r} in namespace {ns!r}", code="kv_key_not_found")
@@ -195,13 +171,8 @@ async def kv_delete(request: web.Request) -> web.Response:
 
 
 async def _write(request: web.Request, op: dict[str, Any]) -> web.Response:
-    b = request.app[BROKER]
-    p = principal(request)
     call = parse_ops([op], max_ops=1)
-    require_grants(p, call)
-    await limits.check_kv_enabled(b, p.tenant, in_transaction=False)
-    await limits.admit(b, p, "kv_write", 1)
-    done = await apply_db(store.apply(b.require_pool(), p.tenant, call))
+    done = await service.run(request.app[BROKER], principal(request), call)
     r = done.results[0]
     if not r["applied"] and "expect" in op:
         raise _precondition_lost(r)
@@ -214,5 +185,3 @@ def setup(app: web.Application) -> None:
     app.router.add_get("/api/v1/kv/{ns}/{key:.+}", kv_get)
     app.router.add_put("/api/v1/kv/{ns}/{key:.+}", kv_put)
     app.router.add_delete("/api/v1/kv/{ns}/{key:.+}", kv_delete)
-    b = app[BROKER]
-    b.on_ready("kv-pruner", pruner.start)

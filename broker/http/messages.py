@@ -10,12 +10,11 @@ import uuid
 from aiohttp import web
 
 from broker import limits
-from broker.app import BROKER, Broker, broker, principal
+from broker.context import broker, principal
 from broker.errors import BadRequest
 from broker.http.wire import json_response, q_bool, q_int, read_object
-from broker.log import QUEUE_MODE, catalog, parse, retention
+from broker.log import QUEUE_MODE, catalog, parse
 from broker.log.service import LogService, PopRequest
-from broker.log.waiters import CHANNEL
 
 MAX_TIMEOUT_MS = 300_000
 MAX_BATCH = 10_000
@@ -23,7 +22,7 @@ MAX_PARTITIONS = 100
 
 
 def _svc(request: web.Request) -> LogService:
-    return broker(request).services["log"]  # type: ignore[return-value]
+    return broker(request).services.log
 
 
 async def push(request: web.Request) -> web.Response:
@@ -177,38 +176,7 @@ async def message_get(request: web.Request) -> web.Response:
     return json_response(await catalog.message_get(broker(request), p.tenant, pid, txn))
 
 
-def ensure_service(app: web.Application) -> LogService:
-    """One LogService per worker, shared by the log's route modules: subscribes the long-poll waiters to
-    NOTIFY once booted, wakes them on a LISTEN reconnect and at drain."""
-    b: Broker = app[BROKER]
-    svc = b.services.get("log")
-    if isinstance(svc, LogService):
-        return svc
-    svc = LogService(b)
-    b.services["log"] = svc
-
-    async def on_ready(bb: Broker) -> None:
-        assert bb.notifier is not None
-        bb.notifier.subscribe(CHANNEL, svc.waiters.notify)
-        bb.notifier.on_reconnect(svc.waiters.wake_all)
-
-    async def on_stop() -> None:
-        svc.waiters.wake_all()
-
-    async def on_shutdown(_app: web.Application) -> None:
-        # Runs before aiohttp waits for in-flight requests: long polls answer 204 now (b.draining is set).
-        b.draining = True
-        svc.waiters.wake_all()
-
-    b.on_ready("log", on_ready)
-    b.on_ready("log-retention", retention.start)
-    b.on_stop(on_stop)
-    app.on_shutdown.append(on_shutdown)
-    return svc
-
-
 def setup(app: web.Application) -> None:
-    ensure_service(app)
     r = app.router
     r.add_post("/api/v1/push", push)
     r.add_get("/api/v1/pop/queue/{queue}", pop_queue)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from broker.app import broker, principal
+from broker.context import broker, principal
 from broker.errors import BadRequest
 from broker.http.wire import json_response, q_int, read_object
 from broker.log import catalog, parse
@@ -14,7 +14,7 @@ CONFIGURE_KEYS = frozenset({"queue", "namespace", "task", "options"})
 
 
 def _svc(request: web.Request) -> LogService:
-    return broker(request).services["log"]  # type: ignore[return-value]
+    return broker(request).services.log
 
 
 async def configure(request: web.Request) -> web.Response:
@@ -63,9 +63,6 @@ async def delete_queue(request: web.Request) -> web.Response:
 
 
 def setup(app: web.Application) -> None:
-    from broker.http import messages
-
-    messages.ensure_service(app)
     app.router.add_post("/api/v1/configure", configure)
     app.router.add_get("/api/v1/resources/queues", list_queues)
     app.router.add_get("/api/v1/resources/queues/{queue}", get_queue)

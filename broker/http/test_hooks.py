@@ -1,4 +1,5 @@
-"""Fault injection for the timer sweeper, for tests and the conformance suite.
+"""Fault injection for the timer sweeper, for tests and the conformance suite (routes; the state and its
+queries are in ``broker.timers.faults``).
 
 Every route here answers 403 ``{"error": "test_hooks_disabled", "reason": "test_hooks_disabled"}``
 unless the broker runs with ``QUEEN_TEST_HOOKS=1``. State lives in the database, so whichever worker
@@ -25,12 +26,11 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from broker.app import BROKER, principal
+from broker.context import BROKER, principal
 from broker.errors import BadRequest, Forbidden
 from broker.http.wire import json_response, read_object
-from broker.store.queries import Q
+from broker.timers import faults
 from broker.timers.ops import MAX_KEY, MAX_QUEUE, check_name
-from broker.timers.status import iso_us
 
 MAX_MS = 3_600_000
 MAX_COUNT = 1_000_000
@@ -62,9 +62,7 @@ async def fail(request: web.Request) -> web.Response:
         raise BadRequest("bad_test_hook", '`class` must be "transient", "permanent" or "stall"')
     ms = _int(body, "ms", 0, MAX_MS, 0) if klass == "stall" else 0
     tenant = principal(request).tenant
-    async with request.app[BROKER].require_pool().acquire() as conn:
-        row = await conn.fetchrow(Q.timers_fault_set, tenant, queue, klass, count, ms)
-    return json_response({"queue": queue, "class": row["failure_class"], "remaining": row["remaining"], "ms": row["stall_ms"]})
+    return json_response(await faults.fail(request.app[BROKER].require_pool(), tenant, queue, klass, count, ms))
 
 
 async def hold(request: web.Request) -> web.Response:
@@ -74,9 +72,7 @@ async def hold(request: web.Request) -> web.Response:
     key = check_name(body.get("timerKey"), "timerKey", "timers_key_required", MAX_KEY)
     ms = _int(body, "ms", 1, MAX_MS)
     tenant = principal(request).tenant
-    async with request.app[BROKER].require_pool().acquire() as conn:
-        row = await conn.fetchrow(Q.timers_hold, tenant, queue, key, ms)
-    return json_response({"held": row is not None, "claimedUntil": iso_us(row["claimed_until"]) if row else None})
+    return json_response(await faults.hold(request.app[BROKER].require_pool(), tenant, queue, key, ms))
 
 
 async def release(request: web.Request) -> web.Response:
@@ -89,12 +85,7 @@ async def release(request: web.Request) -> web.Response:
     if key is not None:
         key = check_name(key, "timerKey", "timers_key_required", MAX_KEY)
     tenant = principal(request).tenant
-    async with request.app[BROKER].require_pool().acquire() as conn:
-        async with conn.transaction():
-            released = await conn.execute(Q.timers_release_hook_claims, tenant, queue, key)
-            cleared = await conn.execute(Q.timers_faults_clear, tenant, queue)
-            await conn.execute(Q.timers_wake)
-    return json_response({"released": int(released.split()[-1]), "faultsCleared": int(cleared.split()[-1])})
+    return json_response(await faults.release(request.app[BROKER].require_pool(), tenant, queue, key))
 
 
 def setup(app: web.Application) -> None:

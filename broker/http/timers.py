@@ -2,7 +2,7 @@
 
 - ``POST /api/v1/timers`` ``{"operations": [...]}`` -> 200 ``{"results": [...]}``, index-aligned, one
   transaction and one statement for the batch, at most ``QUEEN_TIMERS_MAX_OPS`` (256) ops. Needs the
-  ``produce`` grant and passes ``limits.admit``; any refusal of the tenant or the cluster refuses the
+  ``produce`` grant and passes the timers' admission (``service.admit``: ``limits.admit``, the plan); any refusal of the tenant or the cluster refuses the
   whole batch and carries ``x-queen-timers-hint`` naming the DELETE route. Scheduling switched off by an
   operator: 503 ``timers_disabled`` (+ hint, Retry-After).
 - ``DELETE /api/v1/timers/{queue}/{timerKey}[?txn=...]`` -> the one result object. Its own authorization
@@ -12,17 +12,16 @@
 - ``GET /api/v1/timers/{queue}[?after=&limit=]`` -> ``{rows, truncated, nextAfter}``; ``limit`` defaults
   to 100 and is clamped to 1..1000, never rejected. There is no tenant-wide list.
 
-``timerKey`` is a catch-all path segment (``tenant/42`` is a legal key). The sweeper is started here.
+``timerKey`` is a catch-all path segment (``tenant/42`` is a legal key).
 """
 
 from __future__ import annotations
 
 from aiohttp import web
 
-from broker import errors, limits
-from broker.app import BROKER, principal
+from broker import errors
+from broker.context import BROKER, principal
 from broker.http.wire import json_response, read_object
-from broker.timers import rider as _rider  # noqa: F401  (registers the transaction rider at import)
 from broker.timers import service
 from broker.timers.ops import MAX_KEY, MAX_QUEUE, MAX_TXN, bad, check_name, parse_ops
 
@@ -46,11 +45,6 @@ async def post_timers(request: web.Request) -> web.Response:
     ops = parse_ops(body["operations"], max_ops=b.settings.timers_max_ops)
     if not ops:
         return json_response({"results": []})
-    try:
-        await limits.admit(b, p, "timers", service.schedule_count(ops))
-    except errors.ApiError as exc:
-        raise service.with_hint(exc) from None
-    await service.check_plan(b, p, ops)
     results = await service.schedule_call(b, p, ops)
     return json_response({"results": results})
 
@@ -102,10 +96,7 @@ async def list_timers(request: web.Request) -> web.Response:
 
 
 def setup(app: web.Application) -> None:
-    from broker import sweeper
-
     app.router.add_post("/api/v1/timers", post_timers)
     app.router.add_get("/api/v1/timers/{queue}", list_timers)
     app.router.add_get("/api/v1/timers/{queue}/{timerKey:.+}", peek_timer)
     app.router.add_delete("/api/v1/timers/{queue}/{timerKey:.+}", delete_timer)
-    sweeper.install(app[BROKER])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from broker import limits
-from broker.app import broker, principal
+from broker.context import broker, principal
 from broker.http.wire import json_response, read_object
 from broker.log import transaction
 
@@ -16,11 +16,8 @@ async def run(request: web.Request) -> web.Response:
     body = await read_object(request)
     plan = await limits.plan_for(b, p.tenant)
     bundle = transaction.parse_bundle(body, p, b, plan.max_payload_bytes)
-    return json_response(await transaction.run(b, b.services["log"], p, bundle))
+    return json_response(await transaction.run(b, b.services.log, p, bundle))
 
 
 def setup(app: web.Application) -> None:
-    from broker.http import messages
-
-    messages.ensure_service(app)
     app.router.add_post("/api/v1/transaction", run)

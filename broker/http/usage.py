@@ -16,7 +16,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from broker import limits, metering
-from broker.app import BROKER, principal
+from broker.context import BROKER, principal
 from broker.http.admin_limits import check_tenant, wire_plan
 from broker.http.wire import json_response
 

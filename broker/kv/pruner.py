@@ -8,28 +8,28 @@ their bytes back to the storage gauge).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
+import asyncpg
+
+from broker.config import Settings
 from broker.loops import in_batches
 from broker.metrics import KV_PRUNED
+from broker.store.pool import Executor
 from broker.store.queries import Q
 
 
-async def prune_once(pool: Any, batch: int) -> int:
+async def prune_once(pool: Executor, batch: int) -> int:
     n = await pool.fetchval(Q.kv_prune, batch)
     if n:
         KV_PRUNED.inc(n)
     return int(n)
 
 
-async def run(broker: Any) -> None:
-    s = broker.settings
+async def run(pool: Callable[[], asyncpg.Pool], s: Settings) -> None:
+    """The ``kv-pruner`` loop body (started by ``broker.services``)."""
     await in_batches(
-        lambda: prune_once(broker.require_pool(), s.kv_prune_batch),
+        lambda: prune_once(pool(), s.kv_prune_batch),
         s.kv_prune_batch,
         s.kv_prune_interval_ms / 1000.0,
     )
-
-
-async def start(broker: Any) -> None:
-    broker.loops.start("kv-pruner", lambda: run(broker))

@@ -9,37 +9,29 @@ run on the bundle's connection inside its transaction, in one round trip; result
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import asyncpg
-
-from broker import limits, riders
-from broker.kv import store
+from broker import riders
+from broker.auth import Principal
+from broker.kv import service, store
 from broker.kv.ops import MAX_OPS_TX, KvCall, parse_ops
+from broker.store.pool import Conn
 
-
-def require_grants(principal: Any, call: KvCall) -> None:
-    """Writes need ``produce``; a call of reads only needs ``consume`` or ``produce``."""
-    if call.writes:
-        principal.require("produce")
-    elif call.reads and not principal.has("produce"):
-        principal.require("consume")
+if TYPE_CHECKING:
+    from broker.context import Broker
 
 
 class KvRider:
     name = "kv"
 
-    def parse(self, ops: Any, principal: Any, broker: Any) -> KvCall:
+    def parse(self, ops: Any, principal: Principal, broker: Broker) -> KvCall:
         return parse_ops(ops, max_ops=MAX_OPS_TX, in_tx=True)
 
-    async def admit(self, parsed: KvCall, principal: Any, broker: Any) -> None:
-        require_grants(principal, parsed)
-        await limits.check_kv_enabled(broker, principal.tenant, in_transaction=True)
-        if parsed.writes:
-            await limits.admit(broker, principal, "kv_write", parsed.writes)
+    async def admit(self, parsed: KvCall, principal: Principal, broker: Broker) -> None:
+        await service.admit(broker, principal, parsed, in_transaction=True)
 
     async def apply(
-        self, conn: asyncpg.Connection, parsed: KvCall, principal: Any, broker: Any, base_index: int
+        self, conn: Conn, parsed: KvCall, principal: Principal, broker: Broker, base_index: int
     ) -> list[dict[str, Any]]:
         done = await store.apply(conn, principal.tenant, parsed, base_index=base_index)
         if done.abort is not None:
@@ -48,4 +40,3 @@ class KvRider:
 
 
 RIDER = KvRider()
-riders.register(RIDER)

@@ -10,11 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import asyncpg
-
 from broker import metering
 from broker.kv.ops import READ_BUDGET_BYTES, KvCall
 from broker.metrics import KV_OPS
+from broker.store.pool import Executor
 from broker.store.queries import Q
 
 
@@ -24,7 +23,7 @@ class Applied:
     abort: dict[str, Any] | None = None  # {"failedIndex","kvReason","version","value"} when a required op lost
 
 
-async def apply(conn: asyncpg.Connection | asyncpg.Pool, tenant: str, call: KvCall, *, base_index: int = 0) -> Applied:
+async def apply(conn: Executor, tenant: str, call: KvCall, *, base_index: int = 0) -> Applied:
     """Run the call on ``conn`` (inside the caller's transaction, or alone in autocommit on a pool).
 
     A lost ``required`` precondition rolls back every write of the call (a subtransaction in the

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from broker.auth import Principal
 from broker.errors import Conflict, NotFound
 from broker.ids import uuid7
 from broker.log import render
@@ -14,12 +15,15 @@ from broker.metrics import MESSAGES_PUSHED
 from broker.payloads import Sealed, open_
 from broker.store.queries import Q
 
+if TYPE_CHECKING:
+    from broker.context import Broker
+
 
 def queue_not_found(queue: str) -> NotFound:
     return NotFound("queue_not_found", f"queue {queue!r} does not exist", code="queue_not_found", extra={"queue": queue})
 
 
-async def configure(b: Any, tenant: str, queue: str, namespace: str | None, task: str | None, opts: QueueOptions) -> dict[str, Any]:
+async def configure(b: Broker, tenant: str, queue: str, namespace: str | None, task: str | None, opts: QueueOptions) -> dict[str, Any]:
     async with b.require_pool().acquire() as conn, conn.transaction():
         await conn.execute(Q.log_configure, tenant)
         r = await conn.fetchrow(
@@ -30,7 +34,7 @@ async def configure(b: Any, tenant: str, queue: str, namespace: str | None, task
     return {"configured": True, "queue": queue, "namespace": namespace, "task": task, "options": body["options"]}
 
 
-async def list_queues(b: Any, tenant: str, namespace: str | None, task: str | None, limit: int) -> dict[str, Any]:
+async def list_queues(b: Broker, tenant: str, namespace: str | None, task: str | None, limit: int) -> dict[str, Any]:
     async with b.require_pool().acquire() as conn:
         rows = await conn.fetch(Q.log_queue_list, tenant, namespace, task, limit)
     queues = []
@@ -42,7 +46,7 @@ async def list_queues(b: Any, tenant: str, namespace: str | None, task: str | No
     return {"queues": queues, "count": len(queues)}
 
 
-async def get_queue(b: Any, tenant: str, queue: str, partition_limit: int) -> dict[str, Any]:
+async def get_queue(b: Broker, tenant: str, queue: str, partition_limit: int) -> dict[str, Any]:
     async with b.require_pool().acquire() as conn:
         r = await conn.fetchrow(Q.log_queue_get, tenant, queue)
         if r is None:
@@ -61,7 +65,7 @@ async def get_queue(b: Any, tenant: str, queue: str, partition_limit: int) -> di
     return body
 
 
-async def delete_queue(b: Any, tenant: str, queue: str) -> dict[str, Any]:
+async def delete_queue(b: Broker, tenant: str, queue: str) -> dict[str, Any]:
     async with b.require_pool().acquire() as conn, conn.transaction():
         gone = await conn.fetchval(Q.log_queue_delete, tenant, queue)
     if gone is None:
@@ -69,7 +73,7 @@ async def delete_queue(b: Any, tenant: str, queue: str) -> dict[str, Any]:
     return {"deleted": True, "queue": queue}
 
 
-def _dlq_row(b: Any, tenant: str, r: Any) -> dict[str, Any]:
+def _dlq_row(b: Broker, tenant: str, r: Any) -> dict[str, Any]:
     out: dict[str, Any] = {
         "id": str(r["id"]),
         "messageId": str(r["message_id"]),
@@ -96,7 +100,7 @@ def _dlq_row(b: Any, tenant: str, r: Any) -> dict[str, Any]:
 
 
 async def dlq_list(
-    b: Any, tenant: str, queue: str | None, group: str | None, partition: str | None,
+    b: Broker, tenant: str, queue: str | None, group: str | None, partition: str | None,
     since: datetime | None, until: datetime | None, limit: int, offset: int,
 ) -> dict[str, Any]:
     async with b.require_pool().acquire() as conn:
@@ -112,7 +116,7 @@ def replay_txn(txn: str, dlq_id: uuid.UUID) -> str:
     return f"{txn}:replay:{dlq_id}"
 
 
-async def dlq_replay(b: Any, principal: Any, dlq_id: uuid.UUID) -> dict[str, Any]:
+async def dlq_replay(b: Broker, principal: Principal, dlq_id: uuid.UUID) -> dict[str, Any]:
     async with b.require_pool().acquire() as conn, conn.transaction():
         r = await conn.fetchrow(Q.log_dlq_take, principal.tenant, dlq_id)
         if r is None:
@@ -149,7 +153,7 @@ async def dlq_replay(b: Any, principal: Any, dlq_id: uuid.UUID) -> dict[str, Any
     }
 
 
-async def lookup(b: Any, tenant: str, queue: str, txn: str) -> dict[str, Any]:
+async def lookup(b: Broker, tenant: str, queue: str, txn: str) -> dict[str, Any]:
     async with b.require_pool().acquire() as conn:
         r = await conn.fetchrow(Q.log_lookup_txn, tenant, queue, txn)
     if r is None:
@@ -166,7 +170,7 @@ async def lookup(b: Any, tenant: str, queue: str, txn: str) -> dict[str, Any]:
     }
 
 
-async def message_get(b: Any, tenant: str, pid: uuid.UUID, txn: str) -> dict[str, Any]:
+async def message_get(b: Broker, tenant: str, pid: uuid.UUID, txn: str) -> dict[str, Any]:
     async with b.require_pool().acquire() as conn:
         r = await conn.fetchrow(Q.log_message_get, tenant, pid, txn)
     if r is None:
@@ -188,6 +192,6 @@ async def message_get(b: Any, tenant: str, pid: uuid.UUID, txn: str) -> dict[str
     }
 
 
-async def queues_by_namespace(b: Any, tenant: str, namespace: str | None, task: str | None) -> list[str]:
+async def queues_by_namespace(b: Broker, tenant: str, namespace: str | None, task: str | None) -> list[str]:
     async with b.require_pool().acquire() as conn:
         return [r["name"] for r in await conn.fetch(Q.log_queues_by_namespace, tenant, namespace, task)]

@@ -11,16 +11,20 @@ next one starts at once; otherwise the loop sleeps ``QUEEN_LOG_RETENTION_INTERVA
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
 
+import asyncpg
+
+from broker.config import Settings
 from broker.loops import in_batches
 from broker.metrics import LOG_PRUNED
+from broker.store.pool import Executor
 from broker.store.queries import Q
 
 log = logging.getLogger("queen.log.retention")
 
 
-async def prune_once(pool: Any, batch: int) -> int:
+async def prune_once(pool: Executor, batch: int) -> int:
     """One pass; returns the number of messages deleted."""
     rows = await pool.fetch(Q.log_retention_prune, batch)
     n = sum(int(r["deleted"]) for r in rows)
@@ -30,14 +34,10 @@ async def prune_once(pool: Any, batch: int) -> int:
     return n
 
 
-async def run(broker: Any) -> None:
-    s = broker.settings
+async def run(pool: Callable[[], asyncpg.Pool], s: Settings) -> None:
+    """The ``log-retention`` loop body (started by ``broker.services``)."""
     await in_batches(
-        lambda: prune_once(broker.require_pool(), s.log_retention_batch),
+        lambda: prune_once(pool(), s.log_retention_batch),
         s.log_retention_batch,
         s.log_retention_interval_ms / 1000.0,
     )
-
-
-async def start(broker: Any) -> None:
-    broker.loops.start("log-retention", lambda: run(broker))

@@ -9,11 +9,12 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
 from broker import limits, metering
+from broker.auth import Principal
 from broker.crypto import NoEncryptionKey
 from broker.errors import Unavailable
 from broker.ids import uuid7
@@ -22,7 +23,11 @@ from broker.log.parse import AckItem, PushItem
 from broker.log.waiters import Waiters
 from broker.metrics import MESSAGES_ACKED, MESSAGES_EXPIRED, MESSAGES_POPPED, MESSAGES_PUSHED
 from broker.payloads import Sealed, open_, seal
+from broker.store.pool import Conn
 from broker.store.queries import Q
+
+if TYPE_CHECKING:
+    from broker.context import Broker
 
 ENCRYPTION_RACE = "QN001"
 FLAG_TTL_S = 10.0
@@ -44,7 +49,7 @@ class PopRequest:
 
 
 class LogService:
-    def __init__(self, broker: Any) -> None:
+    def __init__(self, broker: Broker) -> None:
         self.b = broker
         self.waiters = Waiters()
         self._flags: dict[tuple[str, str], tuple[bool, float]] = {}
@@ -56,7 +61,7 @@ class LogService:
     def forget(self, tenant: str, queue: str) -> None:
         self._flags.pop((tenant, queue), None)
 
-    async def _encrypting(self, conn: asyncpg.Connection, tenant: str, queues: set[str], *, fresh: bool) -> set[str]:
+    async def _encrypting(self, conn: Conn, tenant: str, queues: set[str], *, fresh: bool) -> set[str]:
         now = time.monotonic()
         out: set[str] = set()
         missing: list[str] = []
@@ -90,7 +95,7 @@ class LogService:
 
     # ---- push
 
-    async def push(self, principal: Any, items: list[PushItem]) -> list[dict[str, Any]]:
+    async def push(self, principal: Principal, items: list[PushItem]) -> list[dict[str, Any]]:
         if not items:
             return []
         pool = self.b.require_pool()
@@ -119,8 +124,8 @@ class LogService:
 
     async def write(
         self,
-        conn: asyncpg.Connection,
-        principal: Any,
+        conn: Conn,
+        principal: Principal,
         items: list[PushItem],
         sealed: list[Sealed],
         ids: list[uuid.UUID],
@@ -155,7 +160,7 @@ class LogService:
             for r, t in zip(rows, txns, strict=True)
         ]
 
-    async def push_in_tx(self, conn: asyncpg.Connection, principal: Any, items: list[PushItem]) -> list[dict[str, Any]]:
+    async def push_in_tx(self, conn: Conn, principal: Principal, items: list[PushItem]) -> list[dict[str, Any]]:
         """Push inside an open transaction (the transaction route): flags are read fresh on ``conn``."""
         queues = {it.queue for it in items}
         encrypting = await self._encrypting(conn, principal.tenant, queues, fresh=True)
@@ -164,7 +169,7 @@ class LogService:
 
     # ---- pop
 
-    async def pop(self, principal: Any, req: PopRequest, queues: list[str] | None = None) -> dict[str, Any] | None:
+    async def pop(self, principal: Principal, req: PopRequest, queues: list[str] | None = None) -> dict[str, Any] | None:
         """Pop from ``req.queue`` (or the first of ``queues`` that has messages). With ``wait`` the call
         holds until a message arrives, ``timeout_ms`` passes or the worker drains."""
         pool = self.b.require_pool()
@@ -217,7 +222,7 @@ class LogService:
                 self._listening[(tenant, q)] = now + hold - 1.0
         return True
 
-    async def _pop_once(self, pool: asyncpg.Pool, principal: Any, req: PopRequest, queue: str) -> tuple[dict[str, Any] | None, float | None]:
+    async def _pop_once(self, pool: asyncpg.Pool, principal: Principal, req: PopRequest, queue: str) -> tuple[dict[str, Any] | None, float | None]:
         tenant = principal.tenant
         async with pool.acquire() as conn:
             rows = await conn.fetch(
@@ -278,7 +283,7 @@ class LogService:
 
     # ---- ack
 
-    async def ack(self, principal: Any, items: list[AckItem], conn: asyncpg.Connection | None = None) -> list[dict[str, Any]]:
+    async def ack(self, principal: Principal, items: list[AckItem], conn: Conn | None = None) -> list[dict[str, Any]]:
         """Settle acknowledgements; one result per item, in order (refusals are per item)."""
         if not items:
             return []
@@ -324,7 +329,7 @@ class LogService:
 
     # ---- leases
 
-    async def extend(self, principal: Any, lease_id: str) -> dict[str, Any]:
+    async def extend(self, principal: Principal, lease_id: str) -> dict[str, Any]:
         lease = None
         try:
             lease = uuid.UUID(lease_id)

@@ -15,18 +15,23 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
 from broker import limits, metering, riders
+from broker.auth import Principal
 from broker.errors import BadRequest, Unavailable
 from broker.ids import uuid7
 from broker.log import parse
 from broker.log.parse import AckItem, PushItem
-from broker.log.service import ENCRYPTION_RACE
+from broker.log.service import ENCRYPTION_RACE, LogService
 from broker.metrics import MESSAGES_PUSHED
+from broker.store.pool import Conn
 from broker.store.queries import Q
+
+if TYPE_CHECKING:
+    from broker.context import Broker
 
 TX_KEYS = frozenset({"operations", "requiredLeases", "kv", "timers"})
 
@@ -46,7 +51,7 @@ class _Refused(Exception):
         self.body = body
 
 
-def parse_bundle(body: dict[str, Any], principal: Any, b: Any, max_payload: int) -> Bundle:
+def parse_bundle(body: dict[str, Any], principal: Principal, b: Broker, max_payload: int) -> Bundle:
     for key in body:
         if key not in TX_KEYS:
             raise BadRequest("unknown_field", f"{key!r} is not a transaction field", extra={"field": key})
@@ -85,7 +90,7 @@ def parse_bundle(body: dict[str, Any], principal: Any, b: Any, max_payload: int)
     for name in riders.ORDER:
         if name not in body:
             continue
-        rider = riders.RIDERS.get(name)
+        rider = b.services.riders.get(name)
         if rider is None:
             raise BadRequest("rider_unavailable", f"this broker does not serve the {name!r} rider")
         bundle.riders.append((rider, rider.parse(body[name], principal, b)))
@@ -96,7 +101,7 @@ def parse_bundle(body: dict[str, Any], principal: Any, b: Any, max_payload: int)
     return bundle
 
 
-async def run(b: Any, svc: Any, principal: Any, bundle: Bundle) -> dict[str, Any]:
+async def run(b: Broker, svc: LogService, principal: Principal, bundle: Bundle) -> dict[str, Any]:
     if bundle.pushes:
         await limits.admit(b, principal, "push", len(bundle.pushes))
     for rider, parsed in bundle.riders:
@@ -118,7 +123,7 @@ async def run(b: Any, svc: Any, principal: Any, bundle: Bundle) -> dict[str, Any
     return {"success": True, "transactionId": str(uuid7()), "results": results}
 
 
-async def _apply(b: Any, svc: Any, principal: Any, bundle: Bundle, conn: Any) -> list[dict[str, Any]]:
+async def _apply(b: Broker, svc: LogService, principal: Principal, bundle: Bundle, conn: Conn) -> list[dict[str, Any]]:
     if bundle.required:
         wanted = [x for x in bundle.required if x is not None]
         live = {r["lease_id"] for r in await conn.fetch(Q.log_leases_live, principal.tenant, wanted)} if wanted else set()

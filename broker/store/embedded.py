@@ -70,7 +70,7 @@ class EmbeddedPostgres:
 
     def pg_ctl(self, action: str, *extra: str) -> None:
         """Run ``pg_ctl <action>`` against the embedded cluster (tests stop/start it with this)."""
-        from pgserver._commands import pg_ctl
+        from pgserver._commands import pg_ctl  # type: ignore[attr-defined]
 
         self._reopen_traversal()
         info = self._server.get_postmaster_info()

@@ -37,10 +37,10 @@ class Notifier:
     def on_reconnect(self, callback: Callable[[], None]) -> None:
         self._reconnect_cbs.append(callback)
 
-    def _dispatch(self, _conn: object, _pid: int, channel: str, payload: str) -> None:
+    def _dispatch(self, _conn: object, _pid: int, channel: str, payload: object) -> None:
         for cb in list(self._subs.get(channel, ())):
             try:
-                cb(payload)
+                cb(str(payload))
             except Exception:
                 log.exception("notify callback for %s failed", channel)
 

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import asyncpg
 import orjson
+from asyncpg.pool import PoolConnectionProxy
 
 from broker.config import Settings
+from broker.store.queries import Q
+
+# A connection as the broker holds one: its own (``connect``) or one acquired from the pool.
+Conn = asyncpg.Connection | PoolConnectionProxy
+# What a query helper runs on: the pool, or a connection (inside the caller's transaction).
+Executor = asyncpg.Pool | Conn
 
 
 def _dumps(v: object) -> str:
@@ -46,3 +53,9 @@ async def connect(dsn: str) -> asyncpg.Connection:
     conn = await asyncpg.connect(dsn, server_settings={"application_name": "queen-broker", "timezone": "UTC"})
     await init_connection(conn)
     return conn
+
+
+async def ping(pool: asyncpg.Pool) -> None:
+    """Does the database answer on a pooled connection? (``/health``)"""
+    async with pool.acquire() as conn:
+        await conn.fetchval(Q.store_ping)

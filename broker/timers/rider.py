@@ -9,31 +9,30 @@ Results carry ``"type": "timer"`` and their ``index`` in the bundle's flat resul
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import asyncpg
-
-from broker import errors, limits, metering, riders
+from broker import metering
+from broker.auth import Principal
+from broker.store.pool import Conn
 from broker.timers import service
 from broker.timers.ops import TimerOp, parse_ops
+
+if TYPE_CHECKING:
+    from broker.context import Broker
 
 
 class TimersRider:
     name = "timers"
 
-    def parse(self, ops: Any, principal: Any, broker: Any) -> list[TimerOp]:
+    def parse(self, ops: Any, principal: Principal, broker: Broker) -> list[TimerOp]:
         principal.require("produce")
         return parse_ops(ops, max_ops=broker.settings.timers_max_ops)
 
-    async def admit(self, parsed: list[TimerOp], principal: Any, broker: Any) -> None:
-        try:
-            await limits.admit(broker, principal, "timers", service.schedule_count(parsed))
-        except errors.ApiError as exc:
-            raise service.with_hint(exc) from None
-        await service.check_plan(broker, principal, parsed)
+    async def admit(self, parsed: list[TimerOp], principal: Principal, broker: Broker) -> None:
+        await service.admit(broker, principal, parsed)
 
     async def apply(
-        self, conn: asyncpg.Connection, parsed: list[TimerOp], principal: Any, broker: Any, base_index: int
+        self, conn: Conn, parsed: list[TimerOp], principal: Principal, broker: Broker, base_index: int
     ) -> list[dict[str, Any]]:
         results = await service.apply(conn, broker, principal, parsed, check_switch=True, in_transaction=True)
         n = service.applied_schedules(results)
@@ -43,4 +42,3 @@ class TimersRider:
 
 
 RIDER = TimersRider()
-riders.register(RIDER)

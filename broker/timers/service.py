@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 import orjson
@@ -26,9 +26,13 @@ from broker.crypto import NoEncryptionKey
 from broker.ids import uuid7
 from broker.metrics import TIMERS_OPS
 from broker.payloads import seal
+from broker.store.pool import Conn
 from broker.store.queries import Q
 from broker.timers.ops import CODE, TimerOp, bad
 from broker.timers.status import Status, iso_us, result
+
+if TYPE_CHECKING:
+    from broker.context import Broker
 
 SQLSTATE_DISABLED = "QT001"
 SQLSTATE_ENCRYPTING = "QT002"
@@ -74,7 +78,7 @@ def decoded_size(op: TimerOp, ceiling: int) -> int:
         raise bad("timers_payload_not_zstd", "`payloadZstd` is true but `payload` is not a valid zstd frame") from None
 
 
-async def check_plan(broker: Any, principal: Principal, ops: Sequence[TimerOp]) -> None:
+async def check_plan(broker: Broker, principal: Principal, ops: Sequence[TimerOp]) -> None:
     """The plan's verdicts: the horizon (403) and the payload ceiling (413), on every schedule op."""
     if not any(op.is_schedule for op in ops):
         return
@@ -104,7 +108,7 @@ async def check_plan(broker: Any, principal: Principal, ops: Sequence[TimerOp]) 
             )
 
 
-def _seal_for_encrypting_queue(broker: Any, tenant: str, op: TimerOp) -> tuple[bytes, bool, str]:
+def _seal_for_encrypting_queue(broker: Broker, tenant: str, op: TimerOp) -> tuple[bytes, bool, str]:
     """Encryption happens at schedule: the payload is sealed into the log's stored format now and the
     fire moves it untouched. The fire cannot look inside it, so it must be JSON now."""
     assert op.payload is not None
@@ -138,8 +142,8 @@ def _no_keys(queue: str) -> errors.ApiError:
 
 
 async def apply(
-    conn: asyncpg.Connection,
-    broker: Any,
+    conn: Conn,
+    broker: Broker,
     principal: Principal,
     ops: Sequence[TimerOp],
     *,
@@ -190,9 +194,10 @@ async def apply(
 
 
 def _arrays(
-    broker: Any, principal: Principal, ops: Sequence[TimerOp], encrypting: set[str], check_switch: bool
+    broker: Broker, principal: Principal, ops: Sequence[TimerOp], encrypting: set[str], check_switch: bool
 ) -> tuple[Any, ...]:
-    kinds, queues, keys, parts, txns, ids, payloads, zstd, key_ids, delays = ([] for _ in range(10))
+    columns: list[list[Any]] = [[] for _ in range(10)]
+    kinds, queues, keys, parts, txns, ids, payloads, zstd, key_ids, delays = columns
     for op in ops:
         kinds.append(op.op)
         queues.append(op.queue)
@@ -228,8 +233,20 @@ def applied_schedules(results: Sequence[dict[str, Any]]) -> int:
     return sum(1 for r in results if r["status"] in (Status.SCHEDULED, Status.RESCHEDULED))
 
 
-async def schedule_call(broker: Any, principal: Principal, ops: Sequence[TimerOp]) -> list[dict[str, Any]]:
-    """``POST /api/v1/timers``: one transaction for the batch and its meter."""
+async def admit(broker: Broker, principal: Principal, ops: Sequence[TimerOp]) -> None:
+    """Admission of a schedule-class call (``POST /api/v1/timers``, the timers rider): the limits rungs
+    (surface ``timers``, ops = schedules and reschedules), any refusal carrying ``x-queen-timers-hint``,
+    then the plan's horizon and payload ceiling."""
+    try:
+        await limits.admit(broker, principal, "timers", schedule_count(ops))
+    except errors.ApiError as exc:
+        raise with_hint(exc) from None
+    await check_plan(broker, principal, ops)
+
+
+async def schedule_call(broker: Broker, principal: Principal, ops: Sequence[TimerOp]) -> list[dict[str, Any]]:
+    """``POST /api/v1/timers``: admission, then one transaction for the batch and its meter."""
+    await admit(broker, principal, ops)
     pool = broker.require_pool()
     async with pool.acquire() as conn:
         async with conn.transaction():
@@ -240,7 +257,7 @@ async def schedule_call(broker: Any, principal: Principal, ops: Sequence[TimerOp
     return results
 
 
-async def cancel_one(broker: Any, principal: Principal, queue: str, key: str, txn: str | None) -> dict[str, Any]:
+async def cancel_one(broker: Broker, principal: Principal, queue: str, key: str, txn: str | None) -> dict[str, Any]:
     """``DELETE /api/v1/timers/:queue/*timerKey``: no grant, no limits, no switch; only the boot flag."""
     pool = broker.require_pool()
     op = TimerOp("cancel", queue, key, txn)
@@ -273,7 +290,7 @@ def _row_body(row: asyncpg.Record) -> dict[str, Any]:
     }
 
 
-async def peek(broker: Any, tenant: str, queue: str, key: str) -> dict[str, Any]:
+async def peek(broker: Broker, tenant: str, queue: str, key: str) -> dict[str, Any]:
     """One timer with its payload base64 as stored (never decrypted); a miss is ``found: false``."""
     pool = broker.require_pool()
     async with pool.acquire() as conn:
@@ -285,7 +302,7 @@ async def peek(broker: Any, tenant: str, queue: str, key: str) -> dict[str, Any]
     return body
 
 
-async def list_page(broker: Any, tenant: str, queue: str, after: str | None, limit: int) -> dict[str, Any]:
+async def list_page(broker: Broker, tenant: str, queue: str, after: str | None, limit: int) -> dict[str, Any]:
     """Keyset page over one queue's pending timers, in byte order of timerKey; no payloads."""
     pool = broker.require_pool()
     async with pool.acquire() as conn:
@@ -303,6 +320,7 @@ __all__ = [
     "CODE",
     "apply",
     "cancel_one",
+    "admit",
     "check_plan",
     "list_page",
     "peek",
