@@ -13,7 +13,7 @@ Flow for a rider named N whose array is present in the body:
      and ``"index"`` = ``base_index + i`` in the flat result space). To roll the whole bundle back
      with a 200 answer (a lost ``required`` KV precondition) raise ``RiderAbort(body)``; the
      transaction route rolls back and answers ``body`` with HTTP 200.
-Order of riders in results: kv first, then timers (PROTOCOL §2.6).
+Order of riders in results: kv first, then timers (docs/protocol.md §2.6).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The sweeper: fires due timers into the log (issue 5).
+"""The sweeper: fires due timers into the log (docs/decisions.md §3).
 
 Shape: ``SweeperConfig`` (from Settings) + ``Sweeper.run()`` (the supervised loop) + ``run_once()`` (one
 cycle, testable alone). Every worker runs one (started by ``broker.services``), unless ``QUEEN_SWEEPER_ENABLED=0``.

@@ -1,7 +1,7 @@
 """KV routes.
 
 ``POST /api/v1/kv`` ``{"operations": [...]}`` → 200 ``{"results": [...]}``, index-aligned, every op of
-PROTOCOL §4 in one database round trip. A lost ``required`` precondition answers 200
+docs/protocol.md §4 in one database round trip. A lost ``required`` precondition answers 200
 ``{"ok": false, "reason": "kv_precondition", "failedIndex", "kvReason", "version", "value"}`` WITHOUT
 ``results``: nothing of the call was applied, and a results array would describe writes that did not
 happen (the official client then reports ``kv_result_missing`` for a single op, ``[]`` for a batch).

@@ -1,4 +1,4 @@
-"""Timer routes (seeds/timer-routes.md, PROTOCOL §3). Parse + validate, call ``broker.timers``, render.
+"""Timer routes (docs/timer-routes.md, docs/protocol.md §3). Parse + validate, call ``broker.timers``, render.
 
 - ``POST /api/v1/timers`` ``{"operations": [...]}`` -> 200 ``{"results": [...]}``, index-aligned, one
   transaction and one statement for the batch, at most ``QUEEN_TIMERS_MAX_OPS`` (256) ops. Needs the

@@ -1,4 +1,4 @@
-"""KV op validation: the wire ops of PROTOCOL §4.2 in, normalised ops for ``queen_kv_apply`` out.
+"""KV op validation: the wire ops of docs/protocol.md §4.2 in, normalised ops for ``queen_kv_apply`` out.
 
 Everything a client can get wrong is refused here, before any SQL, with a 400 ``kv_bad_request`` (or a
 413 ``payload_too_large`` for an oversized key or value) naming the op index: a bad call changes

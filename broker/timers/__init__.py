@@ -2,6 +2,6 @@
 (``status``), schedule / cancel / peek / list against the database (``service``) and the ``timers``
 rider of ``POST /api/v1/transaction`` (``rider``). The fire loop is ``broker.sweeper``.
 
-A timer is a message that is not in the log yet (seeds/timer-routes.md). Every instant is computed by
+A timer is a message that is not in the log yet (docs/timer-routes.md). Every instant is computed by
 PostgreSQL: ``deliverAt = now() + delayMs`` in SQL, claims and leases compared with ``now()`` in SQL.
 """

@@ -1,6 +1,6 @@
 """Timer op validation: the wire's ops become ``TimerOp`` values, or a 400 that names the problem.
 
-Rules (seeds/timer-routes.md, PROTOCOL §3.1):
+Rules (docs/timer-routes.md, docs/protocol.md §3.1):
 
 - ``op`` is ``schedule``, ``reschedule`` (the same upsert) or ``cancel``.
 - schedule/reschedule carry ``queue``, ``timerKey``, ``payload`` (base64), ``delayMs`` (integer; zero
