@@ -498,8 +498,8 @@ document.getElementById("auth").addEventListener("submit", async (ev) => {
   if (t) sessionStorage.setItem(TOKEN_KEY, t); else sessionStorage.removeItem(TOKEN_KEY);
   document.getElementById("token").value = "";
   const w = await whoami();
+  await route();
   if (!w) showFlash(`<div class="error">This token was refused; see the message on the right.</div>`);
-  route();
 });
 document.getElementById("forget").addEventListener("click", () => { sessionStorage.removeItem(TOKEN_KEY); whoami(); route(); });
 window.addEventListener("hashchange", route);
