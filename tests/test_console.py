@@ -86,7 +86,7 @@ def seeded(cbroker: LocalBroker) -> dict[str, str]:
 
 
 @pytest.fixture
-def page(chromium, cbroker):  # type: ignore[no-untyped-def]
+def page(chromium, cbroker):  # type: ignore[no-untyped-def]  # noqa: F811
     ctx = chromium.new_context(viewport={"width": 1280, "height": 900})
     pg = ctx.new_page()
     errors: list[str] = []
