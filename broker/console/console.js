@@ -58,9 +58,9 @@ function errorHtml(e, what) {
   const b = e.body || {};
   let hint = "";
   if (e.status === 401) hint = " Enter a valid token above.";
-  if (e.status === 403 && b.reason === "missing_grant") hint = ` This token lacks the <code>${esc(b.grant || "admin")}</code> grant.`;
+  if (e.status === 403 && b.reason === "missing_grant") hint = " Sign in with a token that has it to see this panel.";
   return `<div class="error" data-status="${e.status}">${what ? esc(what) + ": " : ""}<code>${e.status} ${esc(b.error || "")}</code>` +
-    (b.reason ? ` (reason <code>${esc(b.reason)}</code>)` : "") + ` — ${esc(b.detail || e.message)}.${hint}</div>`;
+    (b.reason ? ` (reason <code>${esc(b.reason)}</code>)` : "") + ` — ${esc(String(b.detail || e.message).replace(/\.$/, ""))}.${hint}</div>`;
 }
 function showFlash(html) { flash.innerHTML = html; }
 function clearFlash() { flash.innerHTML = ""; }
