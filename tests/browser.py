@@ -67,16 +67,28 @@ def chromium_path() -> str:
     )
 
 
-@pytest.fixture(scope="session")
-def chromium() -> Iterator[object]:
-    """A launched headless Chromium (Playwright ``Browser``) for the session."""
+@contextlib.contextmanager
+def launched() -> Iterator[object]:
+    """A headless Chromium (Playwright ``Browser``) for the block.
+
+    Keep it short-lived: while Playwright's sync API is active it runs an asyncio loop in this thread,
+    so ``asyncio.run`` (and async tests) cannot run in the same thread until the block ends."""
     from playwright.sync_api import sync_playwright
 
     exe = chromium_path()
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=exe, args=["--no-sandbox", "--disable-dev-shm-usage"])
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[object]:
+    """A headless Chromium for one test module (never the session: see ``launched``)."""
+    with launched() as browser:
         yield browser
-        browser.close()
 
 
 def artifacts_dir() -> Path:
