@@ -1,4 +1,5 @@
-"""``queen loadtest``: run a scenario against a broker, write the CSVs, a JSON summary and plots.
+"""``queen loadtest``: run a scenario against a broker, write the CSVs, a JSON summary, plots and a
+one-file ``report.html`` (verdict first, plots inline, machine and settings).
 
     queen loadtest SCENARIO [--url U] [--rate R] [--users N] [--duration D] [--out DIR] [--distributed K]
     queen loadtest capacity --slo-p99-ms 50 [--rates 250,500,1000,...] [--step-duration 20]
