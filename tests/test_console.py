@@ -7,14 +7,11 @@ the token, click through the views, cancel a timer, replay dead letters, and mee
 
 from __future__ import annotations
 
-import base64
-import time
-import uuid
-
 import httpx
 import pytest
 from browser import chromium, save_view, shot_on_failure  # noqa: F401  (chromium is a fixture)
 from conftest import uniq
+from helpers import authed, dedicated_broker, timer_op, wait_for
 from playwright.sync_api import expect
 
 from broker.auth import mint
@@ -24,27 +21,12 @@ SECRET = "console-test-secret"
 TENANT = "console-acme"
 
 
-def b64(raw: bytes) -> str:
-    return base64.b64encode(raw).decode()
-
-
 @pytest.fixture(scope="module")
 def cbroker(pg, tmp_path_factory) -> LocalBroker:  # type: ignore[no-untyped-def]
-    b = LocalBroker(
-        dsn=pg.new_db(),
-        workers=1,
-        env={
-            "QUEEN_JWT_SECRET": SECRET,
-            "QUEEN_TEST_HOOKS": "1",
-            "QUEEN_SWEEPER_MAX_SLEEP_MS": "200",
-            "QUEEN_SWEEPER_MAX_ATTEMPTS": "2",
-            "QUEEN_SWEEPER_BACKOFF_BASE_MS": "20",
-        },
-        log_path=tmp_path_factory.mktemp("console") / "broker.log",
-    )
-    b.start()
-    yield b
-    b.stop()
+    env = {"QUEEN_JWT_SECRET": SECRET, "QUEEN_TEST_HOOKS": "1", "QUEEN_SWEEPER_MAX_SLEEP_MS": "200",
+           "QUEEN_SWEEPER_MAX_ATTEMPTS": "2", "QUEEN_SWEEPER_BACKOFF_BASE_MS": "20"}
+    with dedicated_broker(pg, tmp_path_factory, "console", env, workers=1) as b:
+        yield b
 
 
 ADMIN = mint(tenant=TENANT, sub="ops", grants=["admin"], secret=SECRET)
@@ -56,8 +38,7 @@ def seeded(cbroker: LocalBroker) -> dict[str, str]:
     """A queue with a consumer group and a dead letter, pending timers, and a timer that exhausted its
     attempts (a synthetic dead letter)."""
     q, tq, fq = uniq("cq"), uniq("ctq"), uniq("cfq")
-    h = {"Authorization": f"Bearer {ADMIN}"}
-    with httpx.Client(base_url=cbroker.url, headers=h, timeout=30) as c:
+    with authed(SECRET, cbroker, TENANT, "ops", ["admin"]) as c:
         items = [{"queue": q, "partition": "p1", "payload": {"n": i}} for i in range(3)]
         assert c.post("/api/v1/push", json={"items": items}).status_code == 201
         popped = c.get(f"/api/v1/pop/queue/{q}", params={"batch": 1, "consumerGroup": "billing"}).json()
@@ -66,22 +47,12 @@ def seeded(cbroker: LocalBroker) -> dict[str, str]:
                                           "leaseId": popped["leaseId"], "status": "dlq", "consumerGroup": "billing",
                                           "error": "console test: poison message"})
         assert ack.status_code == 200, ack.text
-        ops = [{"op": "schedule", "queue": tq, "timerKey": f"k{i:02}", "payload": b64(b'{"hello": "console"}'),
-                "delayMs": 600_000 + i * 1000, "txn": uuid.uuid4().hex} for i in range(25)]
-        assert all(r["ok"] for r in c.post("/api/v1/timers", json={"operations": ops}).json()["results"])
+        ops = [timer_op(tq, f"k{i:02}", delay=600_000 + i * 1000, payload=b'{"hello": "console"}') for i in range(25)]
+        assert all(r["ok"] for r in c.timer_results(*ops))
         assert c.post("/api/v1/test/timers/fail", json={"queue": fq, "count": 10, "class": "permanent"}).status_code == 200
-        fire = [{"op": "schedule", "queue": fq, "timerKey": "doomed", "payload": b64(b'{"x": 1}'), "delayMs": 10,
-                 "txn": uuid.uuid4().hex}]
-        assert c.post("/api/v1/timers", json={"operations": fire}).json()["results"][0]["ok"]
-        deadline = time.monotonic() + 20
-        while c.get("/api/v1/dlq", params={"queue": fq}).json()["total"] < 1:
-            assert time.monotonic() < deadline, "the failing timer never reached the DLQ"
-            time.sleep(0.1)
+        assert c.timer_results(timer_op(fq, "doomed", delay=10))[0]["ok"]
+        wait_for(lambda: c.get("/api/v1/dlq", params={"queue": fq}).json()["total"] >= 1, 20, "the failing timer in the DLQ")
         c.post("/api/v1/test/timers/release", json={"queue": fq})
-        # a few timers that fire now, so the lag panel has fires to show
-        now_ops = [{"op": "schedule", "queue": uniq("cnow"), "timerKey": f"n{i}", "payload": b64(b"{}"), "delayMs": 50,
-                    "txn": uuid.uuid4().hex} for i in range(20)]
-        assert c.post("/api/v1/timers", json={"operations": now_ops}).status_code == 200
     return {"queue": q, "timers": tq, "failing": fq}
 
 
@@ -152,16 +123,15 @@ def test_timers_view_lists_pages_peeks_and_cancels(page, cbroker, seeded):
         expect(page.locator("#cancel-result")).to_contain_text("absent")
         # the live panel: timers fire while the page samples /metrics/prometheus; quantiles and a rate appear
         page.wait_for_selector("#lag-p99", timeout=8_000)
-        with httpx.Client(base_url=cbroker.url, headers={"Authorization": f"Bearer {USER}"}) as c:
-            fire_now = [{"op": "schedule", "queue": uniq("cnow"), "timerKey": f"n{i}", "payload": b64(b"{}"),
-                         "delayMs": 100 + 20 * i, "txn": uuid.uuid4().hex} for i in range(40)]
-            assert c.post("/api/v1/timers", json={"operations": fire_now}).status_code == 200
+        with authed(SECRET, cbroker, TENANT, "app") as c:
+            fire_now = [timer_op(uniq("cnow"), f"n{i}", delay=100 + 20 * i, payload=b"{}") for i in range(40)]
+            assert c.timers(*fire_now).status_code == 200
         expect(page.locator("#lag-p99")).to_contain_text("ms", timeout=10_000)
         expect(page.locator("#lag-p50")).to_contain_text("ms")
         assert float(page.inner_text("#lag-p99").split()[0]) > 0
-    with httpx.Client(base_url=cbroker.url, headers={"Authorization": f"Bearer {USER}"}) as c:
-        assert c.get(f"/api/v1/timers/{tq}/k02").json()["found"] is False
-        assert c.get(f"/api/v1/timers/{tq}/k03").json()["found"] is True
+    with authed(SECRET, cbroker, TENANT, "app") as c:
+        assert c.peek(tq, "k02").json()["found"] is False
+        assert c.peek(tq, "k03").json()["found"] is True
     with shot_on_failure(page, "console-timers"):
         page.wait_for_selector("svg.spark", timeout=8_000)
         save_view(page, "timers")
@@ -192,7 +162,7 @@ def test_dlq_view_filters_shows_and_replays(page, cbroker, seeded):
         assert q in page.inner_text("#replay-result")
         expect(page.locator("#dlq-list")).to_contain_text("0 dead letters match")
         save_view(page, "dlq")
-    with httpx.Client(base_url=cbroker.url, headers={"Authorization": f"Bearer {ADMIN}"}) as c:
+    with authed(SECRET, cbroker, TENANT, "ops", ["admin"]) as c:
         assert c.get("/api/v1/dlq", params={"queue": q}).json()["total"] == 0
         assert c.get("/api/v1/dlq", params={"queue": fq}).json()["total"] == 1  # the refused one stays
 

@@ -3,26 +3,21 @@
 
 from __future__ import annotations
 
-import base64
-import uuid
 from datetime import datetime
 
 from conftest import uniq
-
-
-def sched(queue: str, key: str, delay: int) -> dict:
-    return {"op": "schedule", "queue": queue, "timerKey": key, "payload": base64.b64encode(b"{}").decode(),
-            "delayMs": delay, "txn": uuid.uuid4().hex}
+from helpers import timer_op
 
 
 def ts(s: str) -> datetime:
     return datetime.fromisoformat(s.replace("Z", "+00:00"))
 
 
-def test_timers_overview_counts_per_queue_and_lists_next_due(http):
+def test_timers_overview_counts_per_queue_and_lists_next_due(http, api):
     q1, q2 = uniq("ov"), uniq("ov")
-    ops = [sched(q1, "a", 60_000), sched(q1, "b", 30_000), sched(q1, "c", 90_000), sched(q2, "z", 45_000)]
-    assert all(r["ok"] for r in http.post("/api/v1/timers", json={"operations": ops}).json()["results"])
+    ops = [timer_op(q1, "a", delay=60_000), timer_op(q1, "b", delay=30_000), timer_op(q1, "c", delay=90_000),
+           timer_op(q2, "z", delay=45_000)]
+    assert all(r["ok"] for r in api.timer_results(*ops))
     o = http.get("/api/v1/timers-overview").json()
     by_queue = {q["queue"]: q for q in o["queues"]}
     assert by_queue[q1]["pending"] == 3 and by_queue[q2]["pending"] == 1

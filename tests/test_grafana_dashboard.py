@@ -8,7 +8,6 @@ be on its ``/metrics/prometheus``.
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 import threading
@@ -16,9 +15,9 @@ import time
 import uuid
 from pathlib import Path
 
-import asyncpg
 import httpx
-from conftest import run_sync, uniq
+from conftest import uniq
+from helpers import db_fetch, timer_op
 from prometheus_client.parser import text_string_to_metric_families
 
 DASHBOARD = Path(__file__).resolve().parent.parent / "ops" / "grafana" / "queen.json"
@@ -57,10 +56,6 @@ def exposed(url: str) -> dict[str, set[str]]:
     return out
 
 
-def b64(raw: bytes) -> str:
-    return base64.b64encode(raw).decode()
-
-
 def traffic(url: str) -> None:
     q, tq, fq = uniq("gq"), uniq("gtq"), uniq("gfq")
     with httpx.Client(base_url=url, timeout=30) as c:
@@ -77,12 +72,10 @@ def traffic(url: str) -> None:
         for m in popped["messages"]:
             c.post("/api/v1/ack", json={"transactionId": m["transactionId"], "partitionId": m["partitionId"],
                                         "leaseId": popped["leaseId"], "status": "completed"})
-        ops = [{"op": "schedule", "queue": tq, "timerKey": f"k{i}", "payload": b64(b"{}"), "delayMs": 50,
-                "txn": uuid.uuid4().hex} for i in range(5)]
+        ops = [timer_op(tq, f"k{i}", delay=50) for i in range(5)]
         assert c.post("/api/v1/timers", json={"operations": ops}).status_code == 200
         assert c.post("/api/v1/test/timers/fail", json={"queue": fq, "count": 5, "class": "permanent"}).status_code == 200
-        doomed = [{"op": "schedule", "queue": fq, "timerKey": "doomed", "payload": b64(b"{}"), "delayMs": 10, "txn": uuid.uuid4().hex}]
-        assert c.post("/api/v1/timers", json={"operations": doomed}).status_code == 200
+        assert c.post("/api/v1/timers", json={"operations": [timer_op(fq, "doomed", delay=10)]}).status_code == 200
         assert c.get("/api/v1/no/such/route").status_code == 404
         assert c.post("/api/v1/admin/cluster/suspended", json={"suspended": True}).status_code == 200
         try:
@@ -94,16 +87,7 @@ def traffic(url: str) -> None:
 def crash_a_loop(admin_dsn: str, db: str) -> None:
     """Terminate the broker's database sessions: its LISTEN loop crashes and is restarted."""
 
-    async def go() -> None:
-        conn = await asyncpg.connect(admin_dsn)
-        try:
-            await conn.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()", db
-            )
-        finally:
-            await conn.close()
-
-    run_sync(go())
+    db_fetch(admin_dsn, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()", db)
 
 
 def test_every_panel_queries_metrics_and_labels_the_broker_exposes(pg, start_broker):
