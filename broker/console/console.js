@@ -433,7 +433,7 @@ async function viewTenants() {
       const u = await api("GET", "/api/v1/usage");
       return `<div class="panel"><span class="stat">tenant<b>${esc(u.tenant)}</b></span><span class="stat">messages<b>${num(u.messages)}</b></span>` +
         `<span class="stat">KV ops<b>${num(u.kvOps)}</b></span><span class="stat">stored bytes<b>${num(u.storageBytes)}</b></span>` +
-        `<span class="stat">pending timers<b>${num(u.timersPending)}</b></span><span class="muted">period ${esc(u.periodStart)} → ${esc(u.periodEnd)}</span></div>` +
+        `<span class="stat">pending timers<b>${num(u.timersPending)}</b></span><div class="muted">period ${esc(u.periodStart)} → ${esc(u.periodEnd)}</div></div>` +
         limitsTable(u.plan || {}, u, "own-limits");
     }, "usage"),
     section(document.getElementById("switches"), async () => {
