@@ -20,7 +20,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from broker.app import BROKER
+from broker.context import BROKER
 from broker.errors import NotFound
 
 ASSET_DIR = Path(__file__).resolve().parent.parent / "console"

@@ -320,7 +320,7 @@ OVERVIEW_SCAN = 50_000
 OVERVIEW_NEXT = 20
 
 
-async def overview(broker: Any, tenant: str) -> dict[str, Any]:
+async def overview(broker: Broker, tenant: str) -> dict[str, Any]:
     """The tenant's pending timers per queue and its next due instants (the console's timers page).
 
     ``pending`` is exact (the usage gauge the triggers keep); the per-queue counts come from a scan of at
@@ -332,6 +332,7 @@ async def overview(broker: Any, tenant: str) -> dict[str, Any]:
         total = await conn.fetchrow(Q.timers_overview_total, tenant)
         queues = await conn.fetch(Q.timers_overview_queues, tenant, OVERVIEW_SCAN)
         nxt = await conn.fetch(Q.timers_overview_next, tenant, OVERVIEW_NEXT)
+    assert total is not None  # an aggregate without GROUP BY always answers one row
     counted = sum(r["pending"] for r in queues)
     return {
         "pending": total["pending"],
