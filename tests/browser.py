@@ -1,6 +1,7 @@
 """Headless Chromium for the tests that look at pages (the console, the load report).
 
-The browser is Debian's ``chromium-headless-shell`` (or ``chromium``), driven by Playwright's Python
+Tests that use it carry the ``browser`` marker; ``conftest.pytest_collection_finish`` calls ``prepare``
+when any is selected. The browser is Debian's ``chromium-headless-shell`` (or ``chromium``), driven by Playwright's Python
 package with ``executable_path=`` (Playwright never downloads a browser here). On a fresh machine where
 neither is installed and we are root with apt-get (CI runs ``.ci/run`` as root), the session installs
 ``chromium-headless-shell`` once, bounded in time; anywhere else the tests fail with a message saying what
@@ -54,7 +55,14 @@ def _install() -> str:
     return path
 
 
+_prepared: dict[str, str] = {}
+
+
 def chromium_path() -> str:
+    if "path" in _prepared:
+        return _prepared["path"]
+    if "error" in _prepared:
+        pytest.fail(_prepared["error"], pytrace=False)
     path = _find()
     if path:
         return path
@@ -65,6 +73,15 @@ def chromium_path() -> str:
         "or point QUEEN_TEST_CHROMIUM at a Chromium binary",
         pytrace=False,
     )
+
+
+def prepare() -> None:
+    """Find or install Chromium once, before any test runs (so no test's timeout covers the install).
+    A failure is kept and reported by every browser test, not by the session."""
+    try:
+        _prepared["path"] = chromium_path()
+    except pytest.fail.Exception as exc:
+        _prepared["error"] = str(exc.msg)
 
 
 @contextlib.contextmanager

@@ -17,6 +17,8 @@ from playwright.sync_api import expect
 from broker.auth import mint
 from broker.localserver import LocalBroker
 
+pytestmark = pytest.mark.browser
+
 SECRET = "console-test-secret"
 TENANT = "console-acme"
 

@@ -53,6 +53,7 @@ def look_at_report(out: Path, name: str, *, plots: int) -> str:
             return verdict
 
 
+@pytest.mark.browser
 def test_timers_lag_measures_fire_and_delivery_lag(broker: LocalBroker, tmp_path: Path) -> None:
     rc = runner.main(["timers_lag", "--url", broker.url, "--duration", "7", "--rate", "100", "--users", "2",
                       "--window-ms", "1000", "--out", str(tmp_path)])
@@ -108,6 +109,7 @@ def test_distributed_master_and_two_workers(broker: LocalBroker, tmp_path: Path)
     assert s["received"] > 0
 
 
+@pytest.mark.browser
 def test_capacity_steps_the_rate(broker: LocalBroker, tmp_path: Path) -> None:
     rc = runner.main(["capacity", "--url", broker.url, "--rates", "50,100", "--step-duration", "5", "--window-ms", "500",
                       "--slo-p99-ms", "5000", "--hold-fraction", "0.5", "--out", str(tmp_path)])
@@ -120,6 +122,7 @@ def test_capacity_steps_the_rate(broker: LocalBroker, tmp_path: Path) -> None:
     assert "Capacity at the SLO: 100 timers/s" in verdict
 
 
+@pytest.mark.browser
 def test_outage_deadlines_short_run(broker: LocalBroker, tmp_path: Path) -> None:
     rc = runner.main(["outage_deadlines", "--url", broker.url, "--interval", "0.1", "--duration", "3", "--timeout", "0.5",
                       "--outage-start", "0.6", "--outage", "1.6", "--drain", "4", "--out", str(tmp_path)])
