@@ -137,6 +137,7 @@ class Settings:
     log_retention_batch: int = 5_000
     # --- operations
     test_hooks: bool = False
+    console: bool = True
     log_level: str = "INFO"
     metrics_dir: str | None = None
 
@@ -187,6 +188,7 @@ class Settings:
             log_retention_interval_ms=_int(env, "QUEEN_LOG_RETENTION_INTERVAL_MS", 5_000, 10),
             log_retention_batch=_int(env, "QUEEN_LOG_RETENTION_BATCH", 5_000, 1, 1_000_000),
             test_hooks=_bool(env, "QUEEN_TEST_HOOKS", False),
+            console=_bool(env, "QUEEN_CONSOLE", True),
             log_level=(_str(env, "QUEEN_LOG_LEVEL", "INFO") or "INFO").upper(),
             metrics_dir=_str(env, "PROMETHEUS_MULTIPROC_DIR", None),
         )

@@ -251,3 +251,196 @@ def stats_table(stats: list[dict[str, Any]]) -> str:
         rows.append([label, int(r["requests"] or 0), int(r["failures"] or 0), r["rps"], per_s,
                      r["p50_ms"], r["p90_ms"], r["p99_ms"], r["max_ms"]])
     return format_table(["request", "count", "fail", "req/s", "items/s", "p50 ms", "p90 ms", "p99 ms", "max ms"], rows)
+
+
+# ---- failures over time (Locust's history: cumulative failures of the Aggregated row)
+def failure_series(prefix: Path) -> list[tuple[float, float]]:
+    path = Path(f"{prefix}_stats_history.csv")
+    if not path.exists():
+        return []
+    pts = []
+    with path.open() as f:
+        for r in csv.DictReader(f):
+            if r.get("Name") == "Aggregated":
+                at, n = _num(r.get("Timestamp")), _num(r.get("Total Failure Count"))
+                if at is not None and n is not None:
+                    pts.append((at, n))
+    return [(b[0] - pts[0][0], max(0.0, (b[1] - a[1]) / (b[0] - a[0])))
+            for a, b in zip(pts, pts[1:], strict=False) if b[0] > a[0]]
+
+
+def plot_errors(out: Path, series: list[tuple[float, float]], title: str) -> Path | None:
+    if not series:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(9, 3))
+    ax.plot([x for x, _ in series], [y for _, y in series], color="tab:red", label="failed requests/s")
+    ax.set_ylim(bottom=0, top=max(1.0, max(y for _, y in series) * 1.2))
+    ax.set_xlabel("seconds since start")
+    ax.set_ylabel("per second")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    path = out / "errors.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+# ---- one-file HTML report: verdict first, then plots, then the machine and the settings
+_CSS = """body{font:14px/1.45 system-ui,'DejaVu Sans',sans-serif;margin:24px auto;max-width:1000px;color:#1d2330;padding:0 16px}
+h1{font-size:21px;margin:0 0 4px}h2{font-size:17px;margin:26px 0 8px;border-bottom:1px solid #d8dce4}
+table{border-collapse:collapse;margin:6px 0 12px}th,td{border:1px solid #d8dce4;padding:3px 9px;text-align:left}
+th{background:#eceff4}td.n{text-align:right;font-variant-numeric:tabular-nums}.verdict{font-size:17px;padding:10px 14px;
+border-radius:5px;margin:10px 0}.good{background:#e9f7ee;border:1px solid #9ed0ae}.bad{background:#fdecec;border:1px solid #e4a4a4}
+.muted{color:#6b7385}img{max-width:100%;border:1px solid #d8dce4;margin:6px 0}pre{background:#f0f2f6;padding:8px;overflow:auto}"""
+
+
+def _e(v: Any) -> str:
+    import html
+
+    return html.escape("-" if v is None else str(v))
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, float):
+        v = f"{v:,.1f}" if abs(v) >= 10 else f"{v:.2f}"
+    elif isinstance(v, int) and not isinstance(v, bool):
+        v = f"{v:,}"
+    cls = ' class="n"' if isinstance(v, str) and v[:1].isdigit() else ""
+    return f"<td{cls}>{_e(v)}</td>"
+
+
+def html_table(headers: list[str], rows: list[list[Any]]) -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(_cell(v) for v in r) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _img(path: str | Path, alt: str) -> str:
+    import base64
+
+    p = Path(path)
+    if not p.exists():
+        return ""
+    data = base64.b64encode(p.read_bytes()).decode("ascii")
+    return f'<figure><img alt="{_e(alt)}" src="data:image/png;base64,{data}"><figcaption class="muted">{_e(alt)}</figcaption></figure>'
+
+
+def _lag_rows(s: dict[str, Any]) -> list[list[Any]]:
+    rows = []
+    for label, key in (("fire lag, broker histogram", "fire_lag"), ("fire lag, per message (createdAt - deliverAt)", "fire_lag_per_message"),
+                       ("delivery lag (receipt - deliverAt)", "delivery_lag"), ("sweep cycle (claim + pack + commit)", "sweep_cycle")):
+        v = s.get(key) or {}
+        if not v:
+            continue
+        count = v.get("count", v.get("requests"))
+        biggest = f"<= {v['max_le_ms']}" if v.get("max_le_ms") is not None else v.get("max_ms")
+        rows.append([label, int(count) if count is not None else None, v.get("p50_ms"), v.get("p90_ms"), v.get("p99_ms"), biggest])
+    return rows
+
+
+def _verdict(kind: str, s: dict[str, Any]) -> str:
+    if kind == "capacity":
+        held, broke, slo = s.get("highest_rate_held"), s.get("broke_at"), s.get("slo_p99_ms")
+        if held is not None:
+            text = (f"Capacity at the SLO: <b>{held:g} timers/s</b> held fire-lag p99 &le; {slo:g} ms "
+                    f"with schedule and fire rates within {s.get('hold_fraction', 0):.0%} of the target.")
+        else:
+            text = f"<b>No step held the SLO</b> (fire-lag p99 &le; {slo:g} ms)."
+        if broke:
+            text += f" It broke at {broke['target_rate']:g}/s: {_e('; '.join(broke['reasons']))}."
+        elif held is not None:
+            text += " The last step still held: raise --rates to find the break."
+        cls = "good" if held is not None else "bad"
+        rows = [[f"{st['target_rate']:g}" + (f" #{st['attempt']}" if st["attempt"] > 1 else ""), st["schedule_rate"],
+                 st["fire_rate"], st["fire_lag"].get("p50_ms"), st["fire_lag"].get("p99_ms"),
+                 st["delivery_lag"].get("p99_ms"), (st.get("machine") or {}).get("loadavg_1m_end"),
+                 "held" if st["held"] else "broke: " + "; ".join(st["reasons"])] for st in s.get("steps", [])]
+        return f'<div class="verdict {cls}" id="verdict">{text}</div>' + html_table(
+            ["target/s", "scheduled/s", "fired/s", "fire p50 ms", "fire p99 ms", "delivery p99 ms", "load", "step"], rows)
+    if kind == "outage_deadlines":
+        from loadtest import outage_deadlines as od
+
+        w, d = s["without"], s["with"]
+        text = (f"Without deadlines billing made <b>{w['charges']}</b> charges ({w['charged_after_failed']} although the caller "
+                f"saw \"failed\"); with <code>deadlineMs</code> it made <b>{d['charges']}</b> and skipped "
+                f"{d['expired_skipped']} expired calls unrun.")
+        rows = [[label, w.get(key), od.SEED["without"].get(key), d.get(key), od.SEED["with"].get(key)] for key, label in od.ROWS]
+        return f'<div class="verdict good" id="verdict">{text}</div>' + html_table(
+            ["", "without deadlines", "(seed, 35 s run)", "with deadlineMs", "(seed, 35 s run)"], rows)
+    failed = sum(int(f.get("occurrences", 0)) for f in s.get("failures", []))
+    cls = "bad" if failed else "good"
+    if kind == "timers_lag":
+        fl = s.get("fire_lag") or {}
+        text = (f"Scheduled <b>{s.get('schedule_rate', 0):g}</b> timers/s (target {s.get('target_rate', 0):g}) and fired "
+                f"<b>{s.get('fire_rate', 0):g}</b>/s; broker fire lag p50 {_e(fl.get('p50_ms'))} ms, "
+                f"p99 <b>{_e(fl.get('p99_ms'))} ms</b>; {failed} failed requests.")
+        return f'<div class="verdict {cls}" id="verdict">{text}</div>' + html_table(
+            ["lag (ms)", "count", "p50", "p90", "p99", "max"], _lag_rows(s))
+    if kind == "timers_schedule":
+        sch = s.get("schedule") or {}
+        best = max((v.get("timers_per_s") or 0 for v in sch.values()), default=0)
+        text = f"Up to <b>{best:g} timers/s</b> accepted (best batch size); {failed} failed requests."
+        rows = [[n, v.get("requests"), v.get("timers"), v.get("timers_per_s"), v.get("p50_ms"), v.get("p99_ms")] for n, v in sch.items()]
+        return f'<div class="verdict {cls}" id="verdict">{text}</div>' + html_table(
+            ["ops per call", "calls", "timers", "timers/s", "p50 ms", "p99 ms"], rows)
+    text = (f"Pushed <b>{s.get('push_msgs_per_s', 0):g}</b> msg/s, popped {s.get('pop_msgs_per_s', 0):g}, "
+            f"acked {s.get('ack_msgs_per_s', 0):g}; {failed} failed requests.")
+    return f'<div class="verdict {cls}" id="verdict">{text}</div>'
+
+
+def _requests_html(s: dict[str, Any]) -> str:
+    rows = []
+    for r in s.get("requests", []):
+        if r["name"] == "Aggregated":
+            continue
+        label = r["name"] if r["name"].startswith(r["type"] + " ") else f"{r['type']} {r['name']}"
+        rows.append([label, int(r["requests"] or 0), int(r["failures"] or 0), r["rps"], r["p50_ms"], r["p99_ms"], r["max_ms"]])
+    out = html_table(["request", "count", "failed", "req/s", "p50 ms", "p99 ms", "max ms"], rows) if rows else ""
+    fails = s.get("failures") or []
+    if fails:
+        out += "<h3>Failures</h3>" + html_table(["count", "request", "error"],
+                                                [[f["occurrences"], f"{f['method']} {f['name']}", f["error"][:300]] for f in fails[:30]])
+    elif rows:
+        out += '<p id="no-failures">No request failed.</p>'
+    return out
+
+
+def write_html(out: Path, kind: str, summary: dict[str, Any], settings: dict[str, Any]) -> Path:
+    """``<out>/report.html``: one self-contained file (plots inline as base64 PNG, no external reference)."""
+    import platform
+    import sys
+    import time as _time
+
+    plots = [p for p in summary.get("plots", []) if p]
+    figures = "".join(_img(p, Path(p).stem.replace("_", " ")) for p in plots)
+    m = summary.get("machine") or {}
+    cpu_model = ""
+    try:
+        cpu_model = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                          if ln.startswith("model name")), "")
+    except OSError:
+        pass
+    machine_rows = [["CPUs", m.get("cpus")], ["CPU model", cpu_model or None],
+                    ["1-min load average at start / end", f"{m.get('loadavg_1m_start')} / {m.get('loadavg_1m_end')}"],
+                    ["system", platform.platform()], ["Python", sys.version.split()[0]],
+                    ["broker", summary.get("url")]]
+    settings_rows = [[k, v] for k, v in sorted(settings.items()) if v not in (None, "", [])]
+    body = (
+        f"<h1>queen loadtest: {_e(kind)}</h1><p class='muted'>written {_e(_time.strftime('%Y-%m-%d %H:%M:%S %Z'))}</p>"
+        f"<h2>Verdict</h2>{_verdict(kind, summary)}"
+        + (f"<h2>Plots</h2>{figures}" if figures else "")
+        + (f"<h2>Requests and errors</h2>{_requests_html(summary)}" if summary.get("requests") else "")
+        + "<h2>Machine</h2>" + html_table(["", ""], machine_rows)
+        + "<h2>Settings</h2>" + html_table(["option", "value"], settings_rows)
+        + "<p class='muted'>Raw data beside this file: summary.json"
+        + (", Locust's CSVs and the broker's metrics timeline" if summary.get("requests") or summary.get("steps") else "")
+        + ".</p>"
+    )
+    page = (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>queen loadtest: {_e(kind)}</title>"
+            f"<style>{_CSS}</style></head><body>{body}</body></html>")
+    path = out / "report.html"
+    path.write_text(page)
+    return path

@@ -1,4 +1,5 @@
-"""``queen loadtest``: run a scenario against a broker, write the CSVs, a JSON summary and plots.
+"""``queen loadtest``: run a scenario against a broker, write the CSVs, a JSON summary, plots and a
+one-file ``report.html`` (verdict first, plots inline, machine and settings).
 
     queen loadtest SCENARIO [--url U] [--rate R] [--users N] [--duration D] [--out DIR] [--distributed K]
     queen loadtest capacity --slo-p99-ms 50 [--rates 250,500,1000,...] [--step-duration 20]
@@ -51,6 +52,26 @@ def machine(load_start: tuple[float, float, float] | None = None) -> dict[str, A
 
 def machine_line(m: dict[str, Any]) -> str:
     return f"machine: {m['cpus']} CPUs, 1-min load average {m['loadavg_1m_start']} at start, {m['loadavg_1m_end']} at end"
+
+
+def settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The options of this run, as the report shows them (command-line values, Locust pass-through)."""
+    skip = {"load_start", "duration_given"}
+    outage = {"interval", "timeout", "retries", "outage_start", "outage", "drain"}
+    cap = {"slo_p99_ms", "rates", "step_duration", "confirm", "hold_fraction"}
+    if args.scenario != "outage_deadlines":
+        skip |= outage
+    else:
+        skip |= cap | {"rate", "users", "distributed", "window_ms"}
+    if args.scenario != "capacity":
+        skip |= cap
+    else:
+        skip |= {"rate", "users", "duration"}
+    if args.scenario not in ("timers_lag", "capacity"):
+        skip |= {"rate", "window_ms"}
+    out = {k: v for k, v in vars(args).items() if k not in skip}
+    out["locust_args"] = " ".join(args.locust_args) if getattr(args, "locust_args", None) else None
+    return out
 
 
 # ---- the broker under test
@@ -237,9 +258,11 @@ def write_locust_report(scenario: str, out: Path, args: argparse.Namespace, url:
             ("popped msgs/s", report.items_rate_series(history, "GET", "GET /api/v1/pop")),
             ("acked msgs/s", report.items_rate_series(history, "POST", "POST /api/v1/ack/batch")),
         ], None, "push_pop: messages per second", "messages per second"))
+    plots.append(report.plot_errors(out, report.failure_series(prefix), f"{scenario}: failed requests per second"))
     summary["plots"] = [str(p) for p in plots if p]
     summary["machine"] = machine(args.load_start)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    summary["report"] = str(report.write_html(out, scenario, summary, settings(args)))
     print(f"\n== {scenario}: {url}, {args.users} users, {args.duration:g} s ==")
     print(machine_line(summary["machine"]))
     print(report.stats_table(stats))
@@ -253,7 +276,7 @@ def write_locust_report(scenario: str, out: Path, args: argparse.Namespace, url:
         print("\nfailures:")
         for f in summary["failures"][:10]:
             print(f"  {f['occurrences']:>6} x {f['method']} {f['name']}: {f['error'][:160]}")
-    print(f"\nwritten: {out}/ (CSV, summary.json, {', '.join(Path(p).name for p in summary['plots']) or 'no plots'})")
+    print(f"\nwritten: {out}/ (report.html, CSV, summary.json, {', '.join(Path(p).name for p in summary['plots']) or 'no plots'})")
     return summary
 
 
@@ -312,6 +335,7 @@ def capacity(args: argparse.Namespace, url: str, out: Path) -> dict[str, Any]:
     result["plots"] = [str(plot)] if plot else []
     result["machine"] = machine(args.load_start)
     (out / "summary.json").write_text(json.dumps(result, indent=2, default=str))
+    report.write_html(out, "capacity", result, settings(args))
     rows = [[f"{s['target_rate']:g}" + (f" #{s['attempt']}" if s["attempt"] > 1 else ""), s["schedule_rate"], s["fire_rate"], s["fire_lag"].get("p50_ms"),
              s["fire_lag"].get("p99_ms"), s["delivery_lag"].get("p99_ms"), s["sweep_cycle"].get("p99_ms"),
              "held" if s["held"] else "broke"] for s in steps]
@@ -328,7 +352,7 @@ def capacity(args: argparse.Namespace, url: str, out: Path) -> dict[str, Any]:
     elif held:
         print("the last step still held: raise --rates to find the break")
     print(machine_line(result["machine"]))
-    print(f"written: {out}/")
+    print(f"written: {out}/ (report.html, summary.json, capacity.png, one directory per step)")
     return result
 
 
@@ -340,11 +364,13 @@ def run_outage(args: argparse.Namespace, url: str, out: Path) -> dict[str, Any]:
                   drain=args.drain)
     result = od.run_both(p)
     result["machine"] = machine(args.load_start)
+    result["url"] = url
     (out / "summary.json").write_text(json.dumps(result, indent=2, default=str))
+    report.write_html(out, "outage_deadlines", result, settings(args))
     print(f"\n== outage_deadlines: {url} ==")
     print(od.table(result))
     print(machine_line(result["machine"]))
-    print(f"\nwritten: {out}/summary.json")
+    print(f"\nwritten: {out}/report.html and summary.json")
     return result
 
 

@@ -34,6 +34,15 @@ from broker.store import migrate
 TEMPLATE = "queen_template"
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Tests marked ``browser`` need a headless Chromium: find it, or install it (tests/browser.py), now,
+    before any test's timeout starts."""
+    if any(item.get_closest_marker("browser") for item in session.items):
+        import browser
+
+        browser.prepare()
+
+
 def run_sync(coro: Coroutine[Any, Any, Any]) -> Any:
     """Run a coroutine to completion from sync code, even when an event loop runs in this thread."""
     with concurrent.futures.ThreadPoolExecutor(1) as ex:

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+from browser import launched, save_view, shot_on_failure
 
 from broker.localserver import LocalBroker
 from loadtest import runner
@@ -27,6 +28,32 @@ def _stats(out: Path, scenario: str) -> dict[tuple[str, str], dict[str, str]]:
         return {(r["Type"], r["Name"]): r for r in csv.DictReader(f)}
 
 
+def look_at_report(out: Path, name: str, *, plots: int) -> str:
+    """Open ``out/report.html`` in headless Chromium: the verdict comes first, every plot is an inline
+    image that decoded, and the page asks nothing from anywhere else. Returns the verdict's text."""
+    path = out / "report.html"
+    assert path.exists(), "the run wrote no report.html"
+    with launched() as browser:
+        page = browser.new_page(viewport={"width": 1100, "height": 900})
+        fetched: list[str] = []
+        page.on("request", lambda r: fetched.append(r.url))
+        with shot_on_failure(page, f"report-{name}"):
+            page.goto(path.as_uri())
+            headings = page.locator("h2").all_inner_texts()
+            assert headings[0] == "Verdict" and "Machine" in headings and "Settings" in headings, headings
+            verdict = page.inner_text("#verdict")
+            images = page.locator("img")
+            assert images.count() == plots
+            for i in range(plots):
+                assert images.nth(i).get_attribute("src").startswith("data:image/png;base64,")
+                assert images.nth(i).evaluate("img => img.complete && img.naturalWidth > 100")
+            assert [u for u in fetched if not u.startswith(("file:", "data:"))] == [], fetched
+            assert "CPUs" in page.inner_text("body")
+            save_view(page, f"report-{name}")
+            return verdict
+
+
+@pytest.mark.browser
 def test_timers_lag_measures_fire_and_delivery_lag(broker: LocalBroker, tmp_path: Path) -> None:
     rc = runner.main(["timers_lag", "--url", broker.url, "--duration", "7", "--rate", "100", "--users", "2",
                       "--window-ms", "1000", "--out", str(tmp_path)])
@@ -43,6 +70,8 @@ def test_timers_lag_measures_fire_and_delivery_lag(broker: LocalBroker, tmp_path
     assert int(stats[("DELIVERY_LAG", "receipt - deliverAt")]["Request Count"]) == s["received"]
     assert (tmp_path / "lag_percentiles.png").stat().st_size > 0
     assert (tmp_path / "rates.png").stat().st_size > 0
+    verdict = look_at_report(tmp_path, "timers_lag", plots=3)  # lag, rates, errors
+    assert "timers/s" in verdict and "p99" in verdict
 
 
 def test_timers_schedule_runs_every_batch_size_and_cancels(broker: LocalBroker, tmp_path: Path) -> None:
@@ -53,6 +82,7 @@ def test_timers_schedule_runs_every_batch_size_and_cancels(broker: LocalBroker, 
     for n in ("1", "16", "256"):
         assert s["schedule"][n]["requests"] and s["schedule"][n]["timers"] == s["schedule"][n]["requests"] * int(n)
     assert s["cancel"]["requests"] and not s["cancel"]["failures"]
+    assert (tmp_path / "report.html").stat().st_size > 0
 
 
 def test_push_pop_moves_messages_within_the_count_bound(broker: LocalBroker, tmp_path: Path) -> None:
@@ -64,6 +94,7 @@ def test_push_pop_moves_messages_within_the_count_bound(broker: LocalBroker, tmp
     assert s["push_msgs_per_s"] > 0 and s["pop_msgs_per_s"] > 0 and s["ack_msgs_per_s"] > 0
     pushed = _stats(tmp_path, "push_pop")[("POST", "POST /api/v1/push [10]")]
     assert 0 < int(pushed["Request Count"]) <= 30  # --max-items 300 in batches of 10: the run stopped sending
+    assert "msg/s" in (tmp_path / "report.html").read_text()
 
 
 def test_distributed_master_and_two_workers(broker: LocalBroker, tmp_path: Path) -> None:
@@ -78,6 +109,7 @@ def test_distributed_master_and_two_workers(broker: LocalBroker, tmp_path: Path)
     assert s["received"] > 0
 
 
+@pytest.mark.browser
 def test_capacity_steps_the_rate(broker: LocalBroker, tmp_path: Path) -> None:
     rc = runner.main(["capacity", "--url", broker.url, "--rates", "50,100", "--step-duration", "5", "--window-ms", "500",
                       "--slo-p99-ms", "5000", "--hold-fraction", "0.5", "--out", str(tmp_path)])
@@ -86,8 +118,11 @@ def test_capacity_steps_the_rate(broker: LocalBroker, tmp_path: Path) -> None:
     assert [st["target_rate"] for st in s["steps"]] == [50.0, 100.0]
     assert s["highest_rate_held"] == 100.0 and s["broke_at"] is None
     assert (tmp_path / "capacity.png").exists()
+    verdict = look_at_report(tmp_path, "capacity", plots=1)
+    assert "Capacity at the SLO: 100 timers/s" in verdict
 
 
+@pytest.mark.browser
 def test_outage_deadlines_short_run(broker: LocalBroker, tmp_path: Path) -> None:
     rc = runner.main(["outage_deadlines", "--url", broker.url, "--interval", "0.1", "--duration", "3", "--timeout", "0.5",
                       "--outage-start", "0.6", "--outage", "1.6", "--drain", "4", "--out", str(tmp_path)])
@@ -103,3 +138,5 @@ def test_outage_deadlines_short_run(broker: LocalBroker, tmp_path: Path) -> None
     # with deadlines the broker skipped the expired calls (DLQ rows with deadline_exceeded)
     assert with_["expired_skipped"] > 0
     assert with_["charges"] < without["charges"]
+    verdict = look_at_report(tmp_path, "outage_deadlines", plots=0)
+    assert f"made {without['charges']} charges" in verdict.replace("\n", " ")

@@ -10,6 +10,7 @@ from broker.http import (
     admin,
     admin_limits,
     admin_timers,
+    console,
     health,
     kv,
     messages,
@@ -22,4 +23,4 @@ from broker.http import (
 )
 
 ROUTE_MODULES = [health, metrics, admin, admin_limits, kv, usage, queues, messages, transactions]
-ROUTE_MODULES += [timers, admin_timers, test_hooks]
+ROUTE_MODULES += [timers, admin_timers, test_hooks, console]

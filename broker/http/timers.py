@@ -11,6 +11,8 @@
 - ``GET /api/v1/timers/{queue}/{timerKey}`` -> peek (``found: false`` on a miss, HTTP 200).
 - ``GET /api/v1/timers/{queue}[?after=&limit=]`` -> ``{rows, truncated, nextAfter}``; ``limit`` defaults
   to 100 and is clamped to 1..1000, never rejected. There is no tenant-wide list.
+- ``GET /api/v1/timers-overview`` -> ``{pending, now, truncated, queues: [...], next: [...]}``: pending
+  timers per queue and the tenant's next due ones (what the console shows); any principal.
 
 ``timerKey`` is a catch-all path segment (``tenant/42`` is a legal key).
 """
@@ -95,8 +97,16 @@ async def list_timers(request: web.Request) -> web.Response:
     return json_response(await service.list_page(b, p.tenant, queue, after, _limit(request)))
 
 
+async def overview(request: web.Request) -> web.Response:
+    """``GET /api/v1/timers-overview``: the tenant's pending timers per queue and its next due ones."""
+    b = request.app[BROKER]
+    p = principal(request)
+    return json_response(await service.overview(b, p.tenant))
+
+
 def setup(app: web.Application) -> None:
     app.router.add_post("/api/v1/timers", post_timers)
+    app.router.add_get("/api/v1/timers-overview", overview)
     app.router.add_get("/api/v1/timers/{queue}", list_timers)
     app.router.add_get("/api/v1/timers/{queue}/{timerKey:.+}", peek_timer)
     app.router.add_delete("/api/v1/timers/{queue}/{timerKey:.+}", delete_timer)

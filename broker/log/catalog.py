@@ -60,7 +60,9 @@ async def get_queue(b: Broker, tenant: str, queue: str, partition_limit: int) ->
         for p in parts
     ]
     body["consumerGroups"] = [
-        {"name": g["consumer_group"], "pending": int(g["pending"]), "leasedPartitions": g["leased_partitions"]} for g in groups
+        {"name": g["consumer_group"], "pending": int(g["pending"]), "leasedPartitions": g["leased_partitions"],
+         "oldestUnackedAt": render.ts(g["oldest_unacked_at"])}
+        for g in groups
     ]
     return body
 

@@ -316,6 +316,42 @@ async def list_page(broker: Broker, tenant: str, queue: str, after: str | None, 
     }
 
 
+OVERVIEW_SCAN = 50_000
+OVERVIEW_NEXT = 20
+
+
+async def overview(broker: Broker, tenant: str) -> dict[str, Any]:
+    """The tenant's pending timers per queue and its next due instants (the console's timers page).
+
+    ``pending`` is exact (the usage gauge the triggers keep); the per-queue counts come from a scan of at
+    most ``OVERVIEW_SCAN`` rows, and ``truncated`` says when it stopped there (the counts are then lower
+    bounds). ``next`` lists the ``OVERVIEW_NEXT`` earliest due timers; ``dueAt`` is when the sweeper may
+    claim a timer (later than ``deliverAt`` while it backs off after a failed fire)."""
+    pool = broker.require_pool()
+    async with pool.acquire() as conn:
+        total = await conn.fetchrow(Q.timers_overview_total, tenant)
+        queues = await conn.fetch(Q.timers_overview_queues, tenant, OVERVIEW_SCAN)
+        nxt = await conn.fetch(Q.timers_overview_next, tenant, OVERVIEW_NEXT)
+    assert total is not None  # an aggregate without GROUP BY always answers one row
+    counted = sum(r["pending"] for r in queues)
+    return {
+        "pending": total["pending"],
+        "now": iso_us(total["now"]),
+        "truncated": counted >= OVERVIEW_SCAN,
+        "queues": [
+            {"queue": r["queue"], "pending": r["pending"], "nextDueAt": iso_us(r["next_due_at"]),
+             "claimed": r["claimed"], "retrying": r["retrying"]}
+            for r in queues
+        ],
+        "next": [
+            {"queue": r["queue"], "timerKey": r["timer_key"], "partition": r["partition"],
+             "deliverAt": iso_us(r["deliver_at"]), "dueAt": iso_us(r["due_at"]), "attempts": r["attempts"],
+             "claimed": r["claimed"]}
+            for r in nxt
+        ],
+    }
+
+
 __all__ = [
     "CODE",
     "apply",
@@ -323,6 +359,7 @@ __all__ = [
     "admit",
     "check_plan",
     "list_page",
+    "overview",
     "peek",
     "schedule_call",
     "schedule_count",

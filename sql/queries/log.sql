@@ -72,7 +72,16 @@ LIMIT $3;
 -- name: log_queue_groups
 SELECT c.consumer_group,
        sum(greatest(p.next_seq - 1 - greatest(c.acked_seq, coalesce(f.floor_seq, 0)), 0))::bigint AS pending,
-       count(*) FILTER (WHERE c.lease_until > now()) AS leased_partitions
+       count(*) FILTER (WHERE c.lease_until > now()) AS leased_partitions,
+       -- the oldest message the group has not acked: per partition the first one past its ack point
+       -- that was not acked out of order (one index probe per cursor), the earliest of them
+       min((SELECT m.created_at FROM queen_messages m
+            WHERE m.tenant = c.tenant AND m.partition_id = c.partition_id
+              AND m.seq > greatest(c.acked_seq, coalesce(f.floor_seq, 0))
+              AND NOT EXISTS (SELECT 1 FROM queen_msg_state s
+                              WHERE s.tenant = c.tenant AND s.partition_id = c.partition_id
+                                AND s.consumer_group = c.consumer_group AND s.seq = m.seq AND s.acked)
+            ORDER BY m.seq LIMIT 1)) AS oldest_unacked_at
 FROM queen_cursors c JOIN queen_partitions p ON p.tenant = c.tenant AND p.id = c.partition_id
 LEFT JOIN queen_log_floor f ON f.tenant = c.tenant AND f.partition_id = c.partition_id
 WHERE c.tenant = $1 AND c.queue = $2

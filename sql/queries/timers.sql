@@ -89,3 +89,28 @@ WHERE tenant = $1 AND claim_token IS NOT NULL
 
 -- name: timers_faults_clear
 DELETE FROM queen_timer_faults WHERE tenant = $1 AND ($2::text IS NULL OR queue = $2::text);
+
+-- name: timers_overview_queues
+-- The console's timers page: the tenant's pending timers per queue and each queue's earliest due
+-- instant. The scan reads at most $2 rows of the tenant (a bounded cost whatever the backlog); the
+-- caller says `truncated` when it read that many. The tenant's exact total is timers_overview_total.
+SELECT t.queue, count(*)::bigint AS pending, min(t.due_at) AS next_due_at,
+       count(*) FILTER (WHERE t.claim_token IS NOT NULL AND t.claimed_until > now())::bigint AS claimed,
+       count(*) FILTER (WHERE t.failures > 0)::bigint AS retrying
+FROM (SELECT queue, due_at, claim_token, claimed_until, failures FROM queen_timers WHERE tenant = $1 LIMIT $2) t
+GROUP BY t.queue
+ORDER BY t.queue;
+
+-- name: timers_overview_next
+-- The tenant's next due timers, earliest first (index queen_timers_due).
+SELECT queue, timer_key, partition, deliver_at, due_at, attempts,
+       (claim_token IS NOT NULL AND claimed_until > now()) AS claimed
+FROM queen_timers
+WHERE tenant = $1
+ORDER BY due_at, queue, timer_key
+LIMIT $2;
+
+-- name: timers_overview_total
+-- The tenant's pending timers as the triggers of 0032 count them (exact, never a count of the table).
+SELECT coalesce(sum(timers_pending), 0)::bigint AS pending, now() AS now
+FROM queen_usage_gauges WHERE tenant = $1;
