@@ -14,7 +14,10 @@ payload ``{"message":"Hello World","partition_id":N}``, 50 keep-alive connection
   open_500        open loop: one-item pushes at a fixed 500 req/s over the same 50 connections,
   open_1000       and at 1,000 req/s; latency from each request's SCHEDULED send time (a request that
                   has to wait for a free connection counts that wait: no coordinated omission);
-  light_100       one push, one pop (batch 1) + its ack, each at 100/s, open loop, latency per kind.
+  light_100       one push, one pop (batch 1) + its ack, each at 100/s, open loop, latency per kind
+                  (pushes and pops each from 4 connections, so a slow answer does not delay the next
+                  request's start; a pop
+                  that finds the queue empty (204) still counts its latency).
 
 Every phase prints msg/s, latency p50/p99 and the p99 of its first and last third (a p99 that grows
 over a phase grows with the rows in the log). With ``--cpp-url`` (or QUEEN_BENCH_CPP_URL) every phase
@@ -313,6 +316,9 @@ async def open_loop(t: Target, conns: int, rate: float, seconds: float, one) -> 
     return res
 
 
+LIGHT_CONSUMERS = 4
+
+
 async def light(t: Target, seconds: float) -> dict[str, Result]:
     """One push, one pop (batch 1) and its ack, each at 100/s, open loop: latency per kind."""
     out = {k: Result() for k in ("push", "pop", "ack")}
@@ -322,29 +328,47 @@ async def light(t: Target, seconds: float) -> dict[str, Result]:
     body = orjson.dumps({"items": [{"queue": t.queue + "-light", "partition": part,
                                     "payload": {"message": "Hello World", "partition_id": 0}}]})
 
-    async def pusher() -> None:
-        c = t.conn()
+    push_dues: asyncio.Queue[float | None] = asyncio.Queue()
+
+    async def push_scheduler() -> None:
         for i in range(n):
             due = t0 + i / 100
             d = due - time.perf_counter()
             if d > 0:
                 await asyncio.sleep(d)
+            push_dues.put_nowait(due)
+        for _ in range(LIGHT_CONSUMERS):
+            push_dues.put_nowait(None)
+
+    async def pusher() -> None:
+        c = t.conn()
+        while (due := await push_dues.get()) is not None:
             st, _ = await c.request("POST", "/api/v1/push", body)
             out["push"].lat.append((due - t0, time.perf_counter() - due))
             out["push"].msgs += st in (200, 201)
             out["push"].requests += 1
         c.close()
 
-    async def consumer() -> None:
-        c = t.conn()
-        await asyncio.sleep(0.2)
+    dues: asyncio.Queue[float | None] = asyncio.Queue()
+
+    async def scheduler() -> None:
+        await asyncio.sleep(0.2)  # the first pushes are in
         for i in range(n):
             due = t0 + 0.2 + i / 100
             d = due - time.perf_counter()
             if d > 0:
                 await asyncio.sleep(d)
+            dues.put_nowait(due)
+        dues.put_nowait(None)
+
+    async def consumer() -> None:
+        """One consumer: pop at the scheduled instant, then ack (timed from when it is sent). A single
+        consumer because the partition's lease is exclusive: a second one would only get 204s."""
+        c = t.conn()
+        while (due := await dues.get()) is not None:
             st, data = await c.request("GET", f"/api/v1/pop/queue/{t.queue}-light?batch=1&wait=false")
             out["pop"].lat.append((due - t0, time.perf_counter() - due))
+            out["pop"].requests += 1
             if st != 200:
                 continue
             m = orjson.loads(data)["messages"][0]
@@ -354,12 +378,12 @@ async def light(t: Target, seconds: float) -> dict[str, Result]:
                  "status": "completed"}))
             out["ack"].lat.append((due - t0, time.perf_counter() - s))
             out["pop"].msgs += 1
-            out["pop"].requests += 1
             out["ack"].msgs += st == 200
             out["ack"].requests += 1
         c.close()
 
-    await asyncio.gather(pusher(), consumer())
+    await asyncio.gather(push_scheduler(), scheduler(), *[pusher() for _ in range(LIGHT_CONSUMERS)],
+                         consumer())
     for r in out.values():
         r.seconds = seconds
     return out
