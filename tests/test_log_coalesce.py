@@ -10,9 +10,9 @@ import uuid
 import asyncpg
 import pytest
 
-from broker.context import Broker
 from broker.auth import Principal
 from broker.config import Settings
+from broker.context import Broker
 from broker.log.coalesce import Coalescer
 from broker.log.parse import AckItem, PushItem
 from broker.log.service import LogService

@@ -8,6 +8,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -192,7 +193,7 @@ class LogService:
         sealed: list[Sealed],
         ids: list[uuid.UUID],
         plain_queues: set[str],
-        subs: list[str | None],
+        subs: Sequence[str | None],
         *,
         meter_period_s: int | None = None,
     ) -> list[dict[str, Any]]:
