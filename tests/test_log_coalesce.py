@@ -10,6 +10,7 @@ import uuid
 import asyncpg
 import pytest
 
+from broker import services
 from broker.auth import Principal
 from broker.config import Settings
 from broker.context import Broker
@@ -127,9 +128,9 @@ async def test_calls_respect_max_items_and_keys() -> None:
 @pytest.fixture
 async def svc(pg):  # type: ignore[no-untyped-def]
     b = Broker(settings=Settings.from_env({}), dsn=pg.new_db())
+    s = services.build(b).log  # the worker's services, none started: limits admit from the cache
     b.pool = await create_pool(b.settings, b.dsn, min_size=1, max_size=4)
     b.ready = True
-    s = LogService(b)
     try:
         yield s
     finally:
