@@ -1,4 +1,4 @@
-"""The message log in issue 13's shape, against our broker and (optionally) the C++ Queen in one run.
+"""The message log in the shape of the side-by-side comparison with the C++ Queen, against our broker and (optionally) the C++ Queen in one run.
 
     .venv/bin/python bench/bench_log_shape.py [--quick] [--cpp-url URL] [--url URL] [--only PHASE ...]
 
@@ -63,7 +63,7 @@ REFERENCE: dict[str, dict[str, float]] = {
     "open_500": {"rate": 500, "p50": 9.6, "p99": 18.1},
     "open_1000": {"rate": 996, "p99": 50},
 }
-# Where we stood before issue 13 (the issue's table), for the report.
+# Where we stood before group commit (the comparison's table), for the report.
 BEFORE: dict[str, str] = {
     "push_1": "1,070 msg/s, p99 214 ms",
     "push_100": "26,729 msg/s",
