@@ -27,6 +27,10 @@ MESSAGES_PUSHED = Counter("queen_messages_pushed_total", "Messages written to th
 MESSAGES_POPPED = Counter("queen_messages_popped_total", "Messages handed to consumers")
 MESSAGES_EXPIRED = Counter("queen_messages_expired_total", "Messages whose deadline passed before a pop; moved to the DLQ")
 MESSAGES_ACKED = Counter("queen_messages_acked_total", "Acknowledgements by status", ["status"])
+COALESCED_JOBS = Histogram(
+    "queen_coalesced_requests", "Requests answered by one shared database call (group commit), by kind", ["kind"],
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+)
 POP_WAKE = Histogram("queen_pop_wake_seconds", "Long-poll wake-up latency (notify to answer)", buckets=LATENCY_BUCKETS)
 
 TIMERS_FIRE_LAG = Histogram(

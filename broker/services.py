@@ -112,3 +112,4 @@ async def stop(b: Broker) -> None:
     if svc.started and svc.sweeper is not None:
         await _bounded(b, svc.sweeper.stop(timeout_s=max(1.0, b.settings.drain_timeout_s - 1)), "sweeper")
     await _bounded(b, _wake_waiters(b), "log-waiters")
+    await _bounded(b, svc.log.close(), "log-coalescers")  # calls in flight answer their waiters

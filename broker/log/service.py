@@ -5,8 +5,10 @@ push = one ``queen_push_checked`` call (plus the metering hook) in one transacti
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -19,19 +21,29 @@ from broker.crypto import NoEncryptionKey
 from broker.errors import Unavailable
 from broker.ids import uuid7
 from broker.log import QUEUE_MODE, render
+from broker.log.coalesce import Coalescer
 from broker.log.parse import AckItem, PushItem
 from broker.log.waiters import Waiters
 from broker.metrics import MESSAGES_ACKED, MESSAGES_EXPIRED, MESSAGES_POPPED, MESSAGES_PUSHED
 from broker.payloads import Sealed, open_, seal
+from broker.store.failures import DB_DOWN
 from broker.store.pool import Conn
 from broker.store.queries import Q
 
 if TYPE_CHECKING:
     from broker.context import Broker
 
+log = logging.getLogger("queen.log")
+
 ENCRYPTION_RACE = "QN001"
 FLAG_TTL_S = 10.0
 LISTEN_SLACK_S = 10.0
+# Group commit (broker/log/coalesce.py): requests of at most COALESCE_REQUEST_ITEMS items share a call;
+# bigger ones already amortise their statement and go alone. At most COALESCE_INFLIGHT calls of a kind
+# run at once per worker, each of at most COALESCE_CALL_ITEMS items.
+COALESCE_REQUEST_ITEMS = 20
+COALESCE_INFLIGHT = 2
+COALESCE_CALL_ITEMS = 500
 
 
 @dataclass(frozen=True)
@@ -55,6 +67,15 @@ class LogService:
         self._flags: dict[tuple[str, str], tuple[bool, float]] = {}
         self.worker = f"{broker.worker_index}-{uuid.uuid4().hex[:12]}"
         self._listening: dict[tuple[str, str], float] = {}
+        self.push_coalescer: Coalescer[str, tuple[Principal, list[PushItem]]] = Coalescer(
+            "push", self._push_group, max_inflight=COALESCE_INFLIGHT, max_items=COALESCE_CALL_ITEMS)
+        self.ack_coalescer: Coalescer[str, list[tuple[Any, ...]]] = Coalescer(
+            "ack", self._ack_group, max_inflight=COALESCE_INFLIGHT, max_items=COALESCE_CALL_ITEMS)
+
+    async def close(self) -> None:
+        """At drain: calls in flight finish and answer their waiters; nothing new is coalesced."""
+        await self.push_coalescer.close()
+        await self.ack_coalescer.close()
 
     # ---- encryption flags (cached per worker; queen_push_checked catches a stale "plain")
 
@@ -98,38 +119,81 @@ class LogService:
     async def push(self, principal: Principal, items: list[PushItem]) -> list[dict[str, Any]]:
         if not items:
             return []
-        pool = self.b.require_pool()
+        self.b.require_pool()
         await limits.admit(self.b, principal, "push", len(items))
+        if len(items) <= COALESCE_REQUEST_ITEMS:
+            rows = await self.push_coalescer.submit(principal.tenant, (principal, items), len(items))
+        else:
+            rows = await self._push_alone(principal, items)
+        return [render.push_result(i, it.queue, r["txn"], r) for i, (it, r) in enumerate(zip(items, rows, strict=True))]
+
+    async def _push_alone(self, principal: Principal, items: list[PushItem]) -> list[dict[str, Any]]:
+        """One request's push in one statement (its own transaction); re-sealed and retried when a
+        queue's encryption setting changed under the cached view."""
+        pool = self.b.require_pool()
+        tenant = principal.tenant
         queues = {it.queue for it in items}
         ids = [uuid7() for _ in items]
         for attempt in range(3):
             async with pool.acquire() as conn:
-                encrypting = await self._encrypting(conn, principal.tenant, queues, fresh=attempt > 0)
-                sealed = self._seal(principal.tenant, items, encrypting)
+                encrypting = await self._encrypting(conn, tenant, queues, fresh=attempt > 0)
+                sealed = self._seal(tenant, items, encrypting)
                 try:
                     # One statement, its own transaction: push + metering of what was queued (the SQL side
                     # of metering.record) - no BEGIN/COMMIT round trips.
-                    rows = await self.write(conn, principal, items, sealed, ids, queues - encrypting,
-                                            meter_period_s=metering.period_seconds())
-                    queued = sum(1 for r in rows if r["status"] == "queued")
+                    rows = await self.write(conn, tenant, items, sealed, ids, queues - encrypting,
+                                            [principal.sub] * len(items), meter_period_s=metering.period_seconds())
                 except asyncpg.PostgresError as exc:
                     if getattr(exc, "sqlstate", None) == ENCRYPTION_RACE:
                         for q in queues:
-                            self.forget(principal.tenant, q)
+                            self.forget(tenant, q)
                         continue
                     raise
-            MESSAGES_PUSHED.labels("push").inc(queued)
-            return [render.push_result(i, it.queue, r["txn"], r) for i, (it, r) in enumerate(zip(items, rows, strict=True))]
+            MESSAGES_PUSHED.labels("push").inc(sum(1 for r in rows if r["status"] == "queued"))
+            return rows
         raise Unavailable("queue_reconfigured", "the queue's encryption setting kept changing during the push; retry")
+
+    async def _push_group(self, tenant: str, jobs: list[tuple[Principal, list[PushItem]]]) -> list[Any]:
+        """The push coalescer's call: every job's items in ONE queen_push_edge statement (one transaction,
+        one commit), rows split back per job. Items keep their order (job by job), so dedupe inside the
+        call works across requests exactly as inside one request: a later item with a txn already
+        present in its partition is a duplicate of the earlier one. When the shared statement fails for
+        a reason that may be one job's (anything but the database being unreachable), nothing of it
+        committed and every job is retried alone, so each request gets its own answer."""
+        if len(jobs) == 1:
+            return [await self._push_alone(*jobs[0])]
+        items = [it for _, its in jobs for it in its]
+        subs = [p.sub for p, its in jobs for _ in its]
+        queues = {it.queue for it in items}
+        ids = [uuid7() for _ in items]
+        try:
+            async with self.b.require_pool().acquire() as conn:
+                encrypting = await self._encrypting(conn, tenant, queues, fresh=False)
+                sealed = self._seal(tenant, items, encrypting)
+                rows = await self.write(conn, tenant, items, sealed, ids, queues - encrypting, subs,
+                                        meter_period_s=metering.period_seconds())
+        except DB_DOWN:
+            raise
+        except Exception as exc:
+            log.debug("coalesced push of %d jobs failed (%s); each job alone", len(jobs), exc)
+            return list(await asyncio.gather(*[self._push_alone(p, its) for p, its in jobs], return_exceptions=True))
+        MESSAGES_PUSHED.labels("push").inc(sum(1 for r in rows if r["status"] == "queued"))
+        out: list[Any] = []
+        at = 0
+        for _, its in jobs:
+            out.append(rows[at:at + len(its)])
+            at += len(its)
+        return out
 
     async def write(
         self,
         conn: Conn,
-        principal: Principal,
+        tenant: str,
         items: list[PushItem],
         sealed: list[Sealed],
         ids: list[uuid.UUID],
         plain_queues: set[str],
+        subs: Sequence[str | None],
         *,
         meter_period_s: int | None = None,
     ) -> list[dict[str, Any]]:
@@ -138,8 +202,8 @@ class LogService:
         also meters the queued messages (queen_push_edge): for a push that is its own transaction."""
         txns = [it.txn or str(mid) for it, mid in zip(items, ids, strict=True)]
         head: tuple[Any, ...] = (
-            (Q.log_push, principal.tenant) if meter_period_s is None
-            else (Q.log_push_edge, principal.tenant, meter_period_s)
+            (Q.log_push, tenant) if meter_period_s is None
+            else (Q.log_push_edge, tenant, meter_period_s)
         )
         rows = await conn.fetch(
             *head,
@@ -152,7 +216,7 @@ class LogService:
             [s.payload for s in sealed],
             [s.codec for s in sealed],
             [s.key_id for s in sealed],
-            [principal.sub] * len(items),
+            subs,
             [it.deadline_ms for it in items],
         )
         return [
@@ -165,7 +229,8 @@ class LogService:
         queues = {it.queue for it in items}
         encrypting = await self._encrypting(conn, principal.tenant, queues, fresh=True)
         sealed = self._seal(principal.tenant, items, encrypting)
-        return await self.write(conn, principal, items, sealed, [uuid7() for _ in items], queues - encrypting)
+        return await self.write(conn, principal.tenant, items, sealed, [uuid7() for _ in items], queues - encrypting,
+                                [principal.sub] * len(items))
 
     # ---- pop
 
@@ -292,22 +357,15 @@ class LogService:
             i: (False, "Invalid or expired lease", False) for i, it in enumerate(items) if it.lease_malformed
         }
         if ok_items:
-            args = (
-                principal.tenant,
-                [it.partition_id for _, it in ok_items],
-                [it.txn for _, it in ok_items],
-                [it.status for _, it in ok_items],
-                [it.lease for _, it in ok_items],
-                [it.group for _, it in ok_items],
-                [it.error for _, it in ok_items],
-            )
-            if conn is None:
-                async with self.b.require_pool().acquire() as c:
-                    rows = await c.fetch(Q.log_ack, *args)
+            batch = [(it.partition_id, it.txn, it.status, it.lease, it.group, it.error) for _, it in ok_items]
+            if conn is not None:
+                rows = await self._ack_rows(conn, principal.tenant, batch)
+            elif len(batch) <= COALESCE_REQUEST_ITEMS:
+                rows = await self.ack_coalescer.submit(principal.tenant, batch, len(batch))
             else:
-                rows = await conn.fetch(Q.log_ack, *args)
+                rows = await self._ack_alone(principal.tenant, batch)
             for (i, _), r in zip(ok_items, rows, strict=True):
-                verdicts[i] = (r["success"], r["error"], r["dead_lettered"])
+                verdicts[i] = r
         out = []
         acked: dict[str, int] = {}
         for i, it in enumerate(items):
@@ -325,6 +383,36 @@ class LogService:
             })
         for status, n in acked.items():
             MESSAGES_ACKED.labels(status).inc(n)
+        return out
+
+    @staticmethod
+    async def _ack_rows(conn: Conn, tenant: str, batch: list[tuple[Any, ...]]) -> list[tuple[bool, str | None, bool]]:
+        rows = await conn.fetch(Q.log_ack, tenant, *(list(col) for col in zip(*batch, strict=True)))
+        return [(r["success"], r["error"], r["dead_lettered"]) for r in rows]
+
+    async def _ack_alone(self, tenant: str, batch: list[tuple[Any, ...]]) -> list[tuple[bool, str | None, bool]]:
+        async with self.b.require_pool().acquire() as c:
+            return await self._ack_rows(c, tenant, batch)
+
+    async def _ack_group(self, tenant: str, jobs: list[list[tuple[Any, ...]]]) -> list[Any]:
+        """The ack coalescer's call: every job's acknowledgements in ONE queen_ack statement (one
+        transaction), verdicts split back per job. queen_ack judges every item against the state at the
+        start of the call, as it does inside one request. A failure that may be one job's (anything but
+        the database being unreachable) retries every job alone."""
+        if len(jobs) == 1:
+            return [await self._ack_alone(tenant, jobs[0])]
+        try:
+            rows = await self._ack_alone(tenant, [a for job in jobs for a in job])
+        except DB_DOWN:
+            raise
+        except Exception as exc:
+            log.debug("coalesced ack of %d jobs failed (%s); each job alone", len(jobs), exc)
+            return list(await asyncio.gather(*[self._ack_alone(tenant, job) for job in jobs], return_exceptions=True))
+        out: list[Any] = []
+        at = 0
+        for job in jobs:
+            out.append(rows[at:at + len(job)])
+            at += len(job)
         return out
 
     # ---- leases

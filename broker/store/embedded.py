@@ -10,20 +10,64 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
 log = logging.getLogger("queen.embedded")
 
-# Settings the embedded server gets on first init (a restart applies them). Durability stays full:
-# fsync and synchronous_commit are left at PostgreSQL's defaults (on).
-_TUNING = {
-    "max_connections": "400",
-    "shared_buffers": "256MB",
-    "wal_buffers": "16MB",
-    "max_wal_size": "2GB",
-    "checkpoint_timeout": "15min",
-}
+MB = 1024 * 1024
+GB = 1024 * MB
+
+
+def machine_memory() -> int:
+    """Bytes of memory this machine (or its cgroup, when that is smaller) gives us."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for limit in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            raw = Path(limit).read_text().strip()
+        except OSError:
+            continue
+        if raw.isdigit() and 0 < int(raw) < total:
+            total = int(raw)
+    return total
+
+
+def _clamp(v: int, lo: int, hi: int) -> int:
+    return max(lo, min(hi, v))
+
+
+def tuning(memory: int, disk_free: int) -> dict[str, str]:
+    """Server settings sized for the machine the embedded PostgreSQL starts on (values in MB).
+
+    Stock PostgreSQL (shared_buffers 128MB, max_wal_size 1GB) checkpoints every few seconds under a
+    batch push and cost a third of the throughput of a tuned server (measured: 18.2k vs 26.7k msg/s
+    at batch 100). So: shared_buffers an eighth of memory (1/4 is the usual advice for a dedicated
+    server; the broker, its workers and the OS cache share this one), the planner told half of memory
+    is cache, WAL allowed to grow to 1/20 of the free disk up to 8GB so checkpoints are spread by time,
+    not forced by volume. Durability stays full: fsync and synchronous_commit keep their defaults (on).
+    """
+    shared = _clamp(memory // 8, 128 * MB, 4 * GB)
+    wal = _clamp(disk_free // 20, 1 * GB, 8 * GB)
+    return {
+        "max_connections": "400",
+        "shared_buffers": f"{shared // MB}MB",
+        "effective_cache_size": f"{_clamp(memory // 2, 512 * MB, 64 * GB) // MB}MB",
+        "maintenance_work_mem": f"{_clamp(memory // 32, 64 * MB, 1 * GB) // MB}MB",
+        "wal_buffers": "16MB",
+        "max_wal_size": f"{wal // MB}MB",
+        "min_wal_size": f"{_clamp(wal // 8, 80 * MB, 1 * GB) // MB}MB",
+        "checkpoint_timeout": "15min",
+        "checkpoint_completion_target": "0.9",
+    }
+
+
+def _in_kb(value: str) -> int | None:
+    """'256MB' / '16MB' / '15min' -> comparable number (kB for sizes, the number for the rest)."""
+    for suffix, factor in (("GB", 1024 * 1024), ("MB", 1024), ("kB", 1)):
+        if value.endswith(suffix):
+            return int(value[: -len(suffix)]) * factor
+    return None
 
 
 class EmbeddedPostgres:
@@ -34,15 +78,46 @@ class EmbeddedPostgres:
         self.pgdata.parent.mkdir(parents=True, exist_ok=True)
         fresh = not (self.pgdata / "PG_VERSION").exists()
         self._server = pgserver.get_server(self.pgdata, cleanup_mode="stop")
-        if fresh or self._needs_tuning():
+        self.tuning = tuning(machine_memory(), shutil.disk_usage(self.pgdata).free)
+        stale = self.untuned()
+        if fresh or stale:
+            if stale:
+                log.info("embedded PostgreSQL: applying %s", ", ".join(f"{k}={self.tuning[k]}" for k in stale))
             self._tune()
 
-    def _needs_tuning(self) -> bool:
-        out = self._server.psql("SHOW max_connections;")
-        return _TUNING["max_connections"] not in out
+    def settings(self) -> dict[str, str]:
+        """The running server's values of the tuned settings, as PostgreSQL shows them."""
+        names = ", ".join(f"'{k}'" for k in self.tuning)
+        out = self._server.psql(
+            "SELECT name || '=' || CASE WHEN unit = '8kB' THEN (setting::bigint * 8)::text || 'kB' "
+            "WHEN unit IN ('kB', 'MB') THEN setting || unit WHEN unit = 's' THEN setting || 's' ELSE setting END "
+            f"FROM pg_settings WHERE name IN ({names});")
+        got: dict[str, str] = {}
+        for line in out.splitlines():
+            k, sep, v = line.strip().partition("=")
+            if sep and k in self.tuning:
+                got[k] = v
+        return got
+
+    def untuned(self) -> list[str]:
+        """Tuned settings whose running value differs from this machine's sizing (a data dir made on
+        another machine, or by an older broker): they are applied again (one restart)."""
+        got = self.settings()
+        stale = []
+        for k, want in self.tuning.items():
+            have = got.get(k)
+            if want.endswith("min"):
+                same = have == f"{int(want[:-3]) * 60}s"
+            elif _in_kb(want) is not None and have is not None and have.endswith(("kB", "MB")):
+                same = _in_kb(want) == _in_kb(have)
+            else:
+                same = have == want
+            if not same:
+                stale.append(k)
+        return stale
 
     def _tune(self) -> None:
-        for key, value in _TUNING.items():
+        for key, value in self.tuning.items():
             self._server.psql(f"ALTER SYSTEM SET {key} = '{value}';")
         self.restart()
 

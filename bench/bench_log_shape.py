@@ -1,0 +1,556 @@
+"""The message log in the shape of the side-by-side comparison with the C++ Queen, against our broker and (optionally) the C++ Queen in one run.
+
+    .venv/bin/python bench/bench_log_shape.py [--quick] [--cpp-url URL] [--url URL] [--only PHASE ...]
+
+Shape (what the issue measured with ``wrk -t2 -c50``): one queue, partitions "0".."1000" round-robin,
+payload ``{"message":"Hello World","partition_id":N}``, 50 keep-alive connections in a closed loop:
+
+  push_1          one item per request, the request's partition round-robin;
+  push_100        100 items per request, all to the request's partition (round-robin);
+  (prefill)       ``--prefill`` seconds of push_100 before each pop phase;
+  pop_auto_100    pop autoAck, batch 100 (wait=false);
+  pop_ack_100     pop batch 100, then /ack/batch of what came;
+  pop_ack_10      the same at batch 10;
+  open_500        open loop: one-item pushes at a fixed 500 req/s over the same 50 connections,
+  open_1000       and at 1,000 req/s; latency from each request's SCHEDULED send time (a request that
+                  has to wait for a free connection counts that wait: no coordinated omission);
+  light_100       one push, one pop (batch 1) + its ack, each at 100/s, open loop, latency per kind
+                  (pushes and pops each from 4 connections, so a slow answer does not delay the next
+                  request's start; a pop
+                  that finds the queue empty (204) still counts its latency).
+
+Every phase prints msg/s, latency p50/p99 and the p99 of its first and last third (a p99 that grows
+over a phase grows with the rows in the log). With ``--cpp-url`` (or QUEEN_BENCH_CPP_URL) every phase
+also runs against that broker right after ours (same queue shape, its own queue name) and the ratio
+ours/C++ is printed; without it the issue's reference figures (C++ Queen 0.15.1 on a tuned PostgreSQL
+15, same machine kind) are the baseline. Our broker is a real ``queen serve`` (2 workers) on the
+embedded PostgreSQL (or QUEEN_BENCH_DATABASE_URL, a server DSN; a fresh database), unless ``--url``
+points at a running one. RSS of our master and workers is printed at the end.
+
+The load generator is a minimal HTTP/1.1 client on asyncio streams (uvloop when installed): it keeps
+itself small on a 2-core machine where it competes with the brokers and PostgreSQL; its CPU use per
+phase is printed. ``--quick`` shortens every phase (3 s, prefill 3 s). Nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import os
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import orjson
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+PARTITIONS = 1001  # "0".."1000"
+
+# The issue's figures for the C++ Queen (msg/s; latency in ms), used when no --cpp-url is given.
+REFERENCE: dict[str, dict[str, float]] = {
+    "push_1": {"rate": 2119, "p99": 39},
+    "push_100": {"rate": 11526},
+    "pop_auto_100": {"rate": 18604},
+    "pop_ack_100": {"rate": 7025},
+    "pop_ack_10": {"rate": 3209},
+    "open_500": {"rate": 500, "p50": 9.6, "p99": 18.1},
+    "open_1000": {"rate": 996, "p99": 50},
+}
+# Where we stood before group commit (the comparison's table), for the report.
+BEFORE: dict[str, str] = {
+    "push_1": "1,070 msg/s, p99 214 ms",
+    "push_100": "26,729 msg/s",
+    "pop_auto_100": "17,984 msg/s",
+    "pop_ack_100": "10,582 msg/s",
+    "pop_ack_10": "1,205 msg/s",
+    "open_500": "p50 4.5, p99 484 ms",
+    "open_1000": "844 req/s, p50 1.4 s",
+}
+
+
+class HttpError(Exception):
+    pass
+
+
+class Conn:
+    """One keep-alive HTTP/1.1 connection: request -> (status, body). Bodies by Content-Length."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.r: asyncio.StreamReader | None = None
+        self.w: asyncio.StreamWriter | None = None
+
+    async def _open(self) -> None:
+        self.r, self.w = await asyncio.open_connection(self.host, self.port)
+
+    async def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
+        if self.w is None:
+            await self._open()
+        assert self.r is not None and self.w is not None
+        head = f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\n"
+        if body is not None:
+            head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        self.w.write(head.encode() + b"\r\n" + (body or b""))
+        try:
+            raw = await self.r.readuntil(b"\r\n\r\n")
+        except (asyncio.IncompleteReadError, ConnectionError) as exc:
+            self.close()
+            raise HttpError(f"connection lost: {exc}") from None
+        lines = raw.split(b"\r\n")
+        status = int(lines[0].split(b" ", 2)[1])
+        length = 0
+        chunked = False
+        for ln in lines[1:]:
+            k, _, v = ln.partition(b":")
+            k = k.strip().lower()
+            if k == b"content-length":
+                length = int(v)
+            elif k == b"transfer-encoding" and b"chunked" in v.lower():
+                chunked = True
+        if chunked:
+            data = b""
+            while True:
+                size = int((await self.r.readuntil(b"\r\n")).strip().split(b";")[0], 16)
+                if size == 0:
+                    await self.r.readuntil(b"\r\n")
+                    break
+                data += await self.r.readexactly(size + 2)
+                data = data[:-2]
+            return status, data
+        return status, (await self.r.readexactly(length) if length else b"")
+
+    def close(self) -> None:
+        if self.w is not None:
+            self.w.close()
+        self.r = self.w = None
+
+
+@dataclass
+class Result:
+    msgs: int = 0
+    requests: int = 0
+    seconds: float = 0.0
+    lat: list[tuple[float, float]] = field(default_factory=list)  # (time since phase start, latency s)
+    errors: int = 0
+    cpu_gen: float = 0.0
+    cpu_broker: float | None = None  # CPU seconds per second over the phase
+    cpu_pg: float | None = None
+
+    @property
+    def rate(self) -> float:
+        return self.msgs / self.seconds if self.seconds else 0.0
+
+    def pct(self, q: float, part: slice | None = None) -> float:
+        xs = sorted(x for _, x in (self.lat[part] if part else self.lat))
+        if not xs:
+            return float("nan")
+        return xs[min(len(xs) - 1, int(len(xs) * q))] * 1000
+
+    def thirds(self) -> tuple[float, float]:
+        lat = sorted(self.lat)
+        n = len(lat) // 3
+        if n < 10:
+            return float("nan"), float("nan")
+        first = sorted(x for _, x in lat[:n])
+        last = sorted(x for _, x in lat[-n:])
+        return first[int(len(first) * 0.99)] * 1000, last[int(len(last) * 0.99)] * 1000
+
+
+class CpuMeter:
+    """CPU seconds of a broker's process tree and of the PostgreSQL backends serving its database
+    (cmdline "postgres: ... <db> ..."): CPU per message is steadier than rates on a shared machine."""
+
+    def __init__(self, pid: int | None, db: str | None) -> None:
+        self.pid, self.db = pid, db
+
+    def snap(self) -> tuple[float, float]:
+        b = pg = 0.0
+        if self.pid:
+            try:
+                root = psutil.Process(self.pid)
+                for p in [root, *root.children(recursive=True)]:
+                    t = p.cpu_times()
+                    b += t.user + t.system
+            except psutil.NoSuchProcess:
+                pass
+        if self.db:
+            for p in psutil.process_iter(["cmdline"]):
+                try:
+                    cmd = " ".join(p.info["cmdline"] or [])
+                    if cmd.startswith("postgres:") and f" {self.db} " in cmd + " ":
+                        t = p.cpu_times()
+                        pg += t.user + t.system
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    pass
+        return b, pg
+
+
+class Target:
+    def __init__(self, name: str, url: str, cpu: CpuMeter | None = None) -> None:
+        self.name = name
+        self.cpu = cpu
+        u = urlsplit(url)
+        self.host, self.port = u.hostname or "127.0.0.1", u.port or 80
+        self.queue = f"bench-{name}-{uuid.uuid4().hex[:6]}"
+        self.rr = itertools.count()
+
+    def conn(self) -> Conn:
+        return Conn(self.host, self.port)
+
+    def next_partition(self) -> int:
+        return next(self.rr) % PARTITIONS
+
+    def push_body(self, n: int) -> tuple[bytes, int]:
+        p = self.next_partition()
+        item = {"queue": self.queue, "partition": str(p), "payload": {"message": "Hello World", "partition_id": p}}
+        return orjson.dumps({"items": [item] * n}), n
+
+
+async def push_once(t: Target, c: Conn, n: int) -> int:
+    body, k = t.push_body(n)
+    st, data = await c.request("POST", "/api/v1/push", body)
+    if st not in (200, 201):
+        raise HttpError(f"push {st}: {data[:200]!r}")
+    return k
+
+
+async def pop_once(t: Target, c: Conn, batch: int, auto: bool, ack: bool) -> int:
+    path = f"/api/v1/pop/queue/{t.queue}?batch={batch}&wait=false" + ("&autoAck=true" if auto else "")
+    st, data = await c.request("GET", path)
+    if st == 204:
+        return 0
+    if st != 200:
+        raise HttpError(f"pop {st}: {data[:200]!r}")
+    msgs = orjson.loads(data).get("messages") or []
+    if ack and msgs:
+        acks = [{"transactionId": m["transactionId"], "partitionId": m["partitionId"], "leaseId": m.get("leaseId"),
+                 "status": "completed"} for m in msgs]
+        st, data = await c.request("POST", "/api/v1/ack/batch", orjson.dumps({"acknowledgments": acks}))
+        if st != 200:
+            raise HttpError(f"ack {st}: {data[:200]!r}")
+    return len(msgs)
+
+
+async def closed_loop(t: Target, conns: int, seconds: float, one, drain: bool = False) -> Result:  # type: ignore[no-untyped-def]
+    res = Result()
+    me = psutil.Process()
+    c0 = sum(me.cpu_times()[:2])
+    t0 = time.perf_counter()
+    stop = t0 + seconds
+
+    async def loop() -> None:
+        c = t.conn()
+        try:
+            while time.perf_counter() < stop:
+                s = time.perf_counter()
+                try:
+                    n = await one(c)
+                except HttpError:
+                    res.errors += 1
+                    await asyncio.sleep(0.01)
+                    continue
+                e = time.perf_counter()
+                res.lat.append((s - t0, e - s))
+                res.requests += 1
+                res.msgs += n
+                if drain and n == 0:
+                    break
+        finally:
+            c.close()
+
+    await asyncio.gather(*[loop() for _ in range(conns)])
+    res.seconds = time.perf_counter() - t0
+    res.cpu_gen = (sum(me.cpu_times()[:2]) - c0) / res.seconds
+    return res
+
+
+async def open_loop(t: Target, conns: int, rate: float, seconds: float, one) -> Result:  # type: ignore[no-untyped-def]
+    """Requests scheduled at ``rate``/s; a free connection takes the next due request. Latency is from
+    the request's scheduled send time, so waiting for a connection counts."""
+    res = Result()
+    me = psutil.Process()
+    c0 = sum(me.cpu_times()[:2])
+    n = int(rate * seconds)
+    q: asyncio.Queue[float | None] = asyncio.Queue()
+    t0 = time.perf_counter() + 0.05
+
+    async def feeder() -> None:
+        for i in range(n):
+            due = t0 + i / rate
+            d = due - time.perf_counter()
+            if d > 0:
+                await asyncio.sleep(d)
+            q.put_nowait(due)
+        for _ in range(conns):
+            q.put_nowait(None)
+
+    async def worker() -> None:
+        c = t.conn()
+        try:
+            while True:
+                due = await q.get()
+                if due is None:
+                    return
+                try:
+                    k = await one(c)
+                except HttpError:
+                    res.errors += 1
+                    continue
+                e = time.perf_counter()
+                res.lat.append((due - t0, e - due))
+                res.requests += 1
+                res.msgs += k
+        finally:
+            c.close()
+
+    await asyncio.gather(feeder(), *[worker() for _ in range(conns)])
+    res.seconds = time.perf_counter() - t0
+    res.cpu_gen = (sum(me.cpu_times()[:2]) - c0) / res.seconds
+    return res
+
+
+LIGHT_CONSUMERS = 4
+
+
+async def light(t: Target, seconds: float) -> dict[str, Result]:
+    """One push, one pop (batch 1) and its ack, each at 100/s, open loop: latency per kind."""
+    out = {k: Result() for k in ("push", "pop", "ack")}
+    n = int(100 * seconds)
+    t0 = time.perf_counter() + 0.05
+    part = "light"
+    body = orjson.dumps({"items": [{"queue": t.queue + "-light", "partition": part,
+                                    "payload": {"message": "Hello World", "partition_id": 0}}]})
+
+    push_dues: asyncio.Queue[float | None] = asyncio.Queue()
+
+    async def push_scheduler() -> None:
+        for i in range(n):
+            due = t0 + i / 100
+            d = due - time.perf_counter()
+            if d > 0:
+                await asyncio.sleep(d)
+            push_dues.put_nowait(due)
+        for _ in range(LIGHT_CONSUMERS):
+            push_dues.put_nowait(None)
+
+    async def pusher() -> None:
+        c = t.conn()
+        while (due := await push_dues.get()) is not None:
+            st, _ = await c.request("POST", "/api/v1/push", body)
+            out["push"].lat.append((due - t0, time.perf_counter() - due))
+            out["push"].msgs += st in (200, 201)
+            out["push"].requests += 1
+        c.close()
+
+    dues: asyncio.Queue[float | None] = asyncio.Queue()
+
+    async def scheduler() -> None:
+        await asyncio.sleep(0.2)  # the first pushes are in
+        for i in range(n):
+            due = t0 + 0.2 + i / 100
+            d = due - time.perf_counter()
+            if d > 0:
+                await asyncio.sleep(d)
+            dues.put_nowait(due)
+        dues.put_nowait(None)
+
+    async def consumer() -> None:
+        """One consumer: pop at the scheduled instant, then ack (timed from when it is sent). A single
+        consumer because the partition's lease is exclusive: a second one would only get 204s."""
+        c = t.conn()
+        while (due := await dues.get()) is not None:
+            st, data = await c.request("GET", f"/api/v1/pop/queue/{t.queue}-light?batch=1&wait=false")
+            out["pop"].lat.append((due - t0, time.perf_counter() - due))
+            out["pop"].requests += 1
+            if st != 200:
+                continue
+            m = orjson.loads(data)["messages"][0]
+            s = time.perf_counter()
+            st, _ = await c.request("POST", "/api/v1/ack", orjson.dumps(
+                {"transactionId": m["transactionId"], "partitionId": m["partitionId"], "leaseId": m.get("leaseId"),
+                 "status": "completed"}))
+            out["ack"].lat.append((due - t0, time.perf_counter() - s))
+            out["pop"].msgs += 1
+            out["ack"].msgs += st == 200
+            out["ack"].requests += 1
+        c.close()
+
+    await asyncio.gather(push_scheduler(), scheduler(), *[pusher() for _ in range(LIGHT_CONSUMERS)],
+                         consumer())
+    for r in out.values():
+        r.seconds = seconds
+    return out
+
+
+async def warm(t: Target) -> None:
+    async def one(k: int) -> None:
+        c = t.conn()
+        for p in range(k, PARTITIONS, 10):
+            body = {"items": [{"queue": t.queue, "partition": str(p), "payload": {"message": "warm", "partition_id": p}}]}
+            await c.request("POST", "/api/v1/push", orjson.dumps(body))
+        c.close()
+
+    await asyncio.gather(*[one(k) for k in range(10)])
+
+
+PHASES = ("push_1", "push_100", "pop_auto_100", "pop_ack_100", "pop_ack_10", "open_500", "open_1000", "light_100")
+
+
+async def run_phase(t: Target, phase: str, args: argparse.Namespace) -> dict[str, Result]:
+    sec = args.seconds
+    if phase == "push_1":
+        return {"": await closed_loop(t, args.conns, sec, lambda c: push_once(t, c, 1))}
+    if phase == "push_100":
+        return {"": await closed_loop(t, args.conns, sec, lambda c: push_once(t, c, 100))}
+    if phase == "pop_auto_100":
+        return {"": await closed_loop(t, args.conns, sec, lambda c: pop_once(t, c, 100, True, False), drain=True)}
+    if phase == "pop_ack_100":
+        return {"": await closed_loop(t, args.conns, sec, lambda c: pop_once(t, c, 100, False, True), drain=True)}
+    if phase == "pop_ack_10":
+        return {"": await closed_loop(t, args.conns, sec, lambda c: pop_once(t, c, 10, False, True), drain=True)}
+    if phase.startswith("open_"):
+        rate = int(phase.split("_")[1])
+        return {"": await open_loop(t, args.conns, rate, sec, lambda c: push_once(t, c, 1))}
+    if phase == "light_100":
+        return {f" {k}": v for k, v in (await light(t, sec)).items()}
+    raise ValueError(phase)
+
+
+def describe(r: Result) -> str:
+    a, b = r.thirds()
+    err = f", {r.errors} errors" if r.errors else ""
+    if r.cpu_broker is not None and r.rate and not r.requests == r.msgs == 0:
+        per = 1e3 / (r.requests / r.seconds)
+        err += (f"; cpu/s broker {r.cpu_broker:.2f} pg {r.cpu_pg:.2f} = {r.cpu_broker * per:.2f}+{(r.cpu_pg or 0) * per:.2f}"
+                " ms per request")
+    return (f"{r.rate:9.0f} msg/s {r.requests / r.seconds if r.seconds else 0:7.0f} req/s  p50 {r.pct(0.5):7.1f} "
+            f"p99 {r.pct(0.99):7.1f} ms  (p99 first/last third {a:.1f}/{b:.1f}; gen cpu {r.cpu_gen:.2f}{err})")
+
+
+def rss_report(pid: int) -> str:
+    try:
+        p = psutil.Process(pid)
+        kids = p.children(recursive=True)
+        return (f"RSS master {p.memory_info().rss / 2**20:.0f} MB, workers "
+                + ", ".join(f"{k.memory_info().rss / 2**20:.0f}" for k in kids) + " MB")
+    except psutil.NoSuchProcess:
+        return "RSS: broker gone"
+
+
+async def make_db(server_dsn: str) -> str:
+    import asyncpg
+
+    from broker.store import migrate
+
+    name = f"bench_shape_{uuid.uuid4().hex[:8]}"
+    conn = await asyncpg.connect(server_dsn)
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    p = urlsplit(server_dsn)
+    dsn = p._replace(path="/" + name).geturl()
+    await migrate.apply_url(dsn)
+    return dsn
+
+
+async def main_async(args: argparse.Namespace, ours_url: str, broker_pid: int | None, db: str | None) -> None:
+    targets = [Target("ours", ours_url, CpuMeter(broker_pid, db) if broker_pid or db else None)]
+    if args.cpp_url:
+        targets.append(Target("cpp", args.cpp_url))
+    print(f"{args.conns} connections, {PARTITIONS} partitions, {args.seconds:g} s per phase, prefill {args.prefill:g} s, "
+          f"cpus={os.cpu_count()}, load avg {os.getloadavg()[0]:.1f}", flush=True)
+    for t in targets:  # create the partitions (not timed): every partition once, 10 connections
+        await warm(t)
+    table: list[tuple[str, dict[str, Result]]] = []
+    for phase in args.only or PHASES:
+        got: dict[str, Result] = {}
+        for t in targets:
+            if phase.startswith("pop_"):
+                await closed_loop(t, args.conns, args.prefill, lambda c, t=t: push_once(t, c, 100))
+            before = t.cpu.snap() if t.cpu else None
+            t0 = time.perf_counter()
+            got_t = await run_phase(t, phase, args)
+            if t.cpu and before:
+                after, wall = t.cpu.snap(), time.perf_counter() - t0
+                for r in got_t.values():
+                    r.cpu_broker, r.cpu_pg = (after[0] - before[0]) / wall, (after[1] - before[1]) / wall
+            for k, r in got_t.items():
+                got[t.name + k] = r
+                print(f"  {phase + k:18s} {t.name:4s} {describe(r)}", flush=True)
+        if args.cpp_url and "ours" in got and "cpp" in got:
+            o, c = got["ours"], got["cpp"]
+            print(f"  {phase:18s} ratio ours/cpp {o.rate / c.rate if c.rate else float('nan'):.2f} "
+                  f"(p99 {o.pct(0.99):.1f} vs {c.pct(0.99):.1f} ms)", flush=True)
+        elif phase in REFERENCE and "ours" in got:
+            ref = REFERENCE[phase]
+            o = got["ours"]
+            ratio = o.rate / ref["rate"]
+            lat = "".join(f", {k} {o.pct(0.5 if k == 'p50' else 0.99):.1f} vs {v:g} ms" for k, v in ref.items() if k != "rate")
+            print(f"  {phase:18s} vs issue reference: {ratio:.2f}x of {ref['rate']:g} msg/s{lat} "
+                  f"(ours before: {BEFORE.get(phase, '-')})", flush=True)
+        table.append((phase, got))
+    if broker_pid:
+        print(rss_report(broker_pid), flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=20.0, help="seconds per phase (default 20, as the issue)")
+    ap.add_argument("--prefill", type=float, default=30.0, help="seconds of batch-100 pushes before each pop phase")
+    ap.add_argument("--quick", action="store_true", help="3 s phases, 3 s prefills")
+    ap.add_argument("--conns", type=int, default=50)
+    ap.add_argument("--url", help="a running broker of ours (default: start one, 2 workers)")
+    ap.add_argument("--cpp-url", default=os.environ.get("QUEEN_BENCH_CPP_URL"),
+                    help="the C++ Queen to run side by side (env QUEEN_BENCH_CPP_URL)")
+    ap.add_argument("--only", nargs="+", choices=PHASES, help="run only these phases")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--broker-pid", type=int, help="with --url: our broker's master pid (CPU and RSS accounting)")
+    ap.add_argument("--db", help="with --url: our broker's database name (PostgreSQL CPU accounting)")
+    ap.add_argument("--env", action="append", default=[], metavar="K=V", help="extra QUEEN_* env for our broker")
+    args = ap.parse_args()
+    if args.quick:
+        args.seconds, args.prefill = 3.0, 3.0
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    if args.url:
+        asyncio.run(main_async(args, args.url, args.broker_pid, args.db))
+        return
+    from broker.localserver import LocalBroker
+
+    server = os.environ.get("QUEEN_BENCH_DATABASE_URL") or os.environ.get("QUEEN_TEST_DATABASE_URL")
+    emb = None
+    if not server:
+        from broker.store import embedded
+
+        emb = embedded.start(Path(tempfile.mkdtemp(prefix="bench-shape-")))
+        server = emb.dsn()
+    b = None
+    try:
+        dsn = asyncio.run(make_db(server))
+        env = {"QUEEN_LOG_LEVEL": "WARNING", **dict(kv.split("=", 1) for kv in args.env)}
+        b = LocalBroker(dsn=dsn, workers=args.workers, env=env,
+                        log_path=Path(tempfile.gettempdir()) / "bench_log_shape_broker.log")
+        b.start()
+        assert b.proc is not None
+        asyncio.run(main_async(args, b.url, b.proc.pid, urlsplit(dsn).path.lstrip("/")))
+    finally:
+        if b is not None:
+            b.stop()
+        if emb is not None:
+            emb.stop()
+
+
+if __name__ == "__main__":
+    main()

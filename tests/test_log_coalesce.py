@@ -1,0 +1,255 @@
+"""Group commit inside a worker (broker/log/coalesce.py and its use by LogService): concurrent small
+pushes and acks share one database call; every waiter gets exactly its own outcome, only after the
+shared call returned (committed); a failure answers every waiter of the call and commits nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import asyncpg
+import pytest
+
+from broker import services
+from broker.auth import Principal
+from broker.config import Settings
+from broker.context import Broker
+from broker.log.coalesce import Coalescer
+from broker.log.parse import AckItem, PushItem
+from broker.log.service import LogService
+from broker.store.pool import create_pool
+
+# ---- the coalescer alone
+
+
+async def settle() -> None:
+    """Let the submitted tasks and the calls they start run up to their next wait."""
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+class Recorder:
+    """A run function that records its calls and can be held open or made to fail."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list[int]]] = []
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.fail: BaseException | None = None
+
+    async def run(self, key: str, jobs: list[int]) -> list[object]:
+        self.calls.append((key, list(jobs)))
+        await self.gate.wait()
+        if self.fail is not None:
+            raise self.fail
+        return [j * 10 if j >= 0 else ValueError(f"job {j}") for j in jobs]
+
+
+async def test_queued_jobs_share_one_call_and_get_their_own_results() -> None:
+    r = Recorder()
+    c: Coalescer[str, int] = Coalescer("t", r.run, max_inflight=1, max_items=100)
+    r.gate.clear()
+    first = asyncio.ensure_future(c.submit("a", 1))
+    await settle()  # the first goes out alone at once (nothing waits on a timer)
+    assert r.calls == [("a", [1])]
+    rest = [asyncio.ensure_future(c.submit("a", j)) for j in range(2, 8)]
+    await settle()
+    assert len(r.calls) == 1  # held while the first call is in flight
+    r.gate.set()
+    assert await first == 10
+    assert await asyncio.gather(*rest) == [j * 10 for j in range(2, 8)]
+    assert r.calls == [("a", [1]), ("a", [2, 3, 4, 5, 6, 7])]
+    assert (c.calls, c.jobs) == (2, 7)
+
+
+async def test_one_jobs_own_failure_stays_its_own() -> None:
+    r = Recorder()
+    c: Coalescer[str, int] = Coalescer("t", r.run, max_inflight=1, max_items=100)
+    r.gate.clear()
+    hold = asyncio.ensure_future(c.submit("a", 0))
+    await settle()
+    futs = [asyncio.ensure_future(c.submit("a", j)) for j in (1, -1, 2)]
+    r.gate.set()
+    await hold
+    out = await asyncio.gather(*futs, return_exceptions=True)
+    assert out[0] == 10 and out[2] == 20 and isinstance(out[1], ValueError)
+
+
+async def test_a_failed_call_answers_every_waiter_with_the_failure() -> None:
+    r = Recorder()
+    c: Coalescer[str, int] = Coalescer("t", r.run, max_inflight=1, max_items=100)
+    r.gate.clear()
+    hold = asyncio.ensure_future(c.submit("a", 0))
+    await settle()
+    futs = [asyncio.ensure_future(c.submit("a", j)) for j in range(1, 5)]
+    r.fail = ConnectionResetError("database went away")
+    r.gate.set()
+    out = await asyncio.gather(hold, *futs, return_exceptions=True)
+    assert all(isinstance(x, ConnectionResetError) for x in out)
+    r.fail = None
+    assert await c.submit("a", 3) == 30  # the coalescer keeps working after a failed call
+
+
+async def test_cancelled_waiters_do_not_lose_the_others() -> None:
+    r = Recorder()
+    c: Coalescer[str, int] = Coalescer("t", r.run, max_inflight=1, max_items=100)
+    r.gate.clear()
+    sent = asyncio.ensure_future(c.submit("a", 1))
+    await settle()
+    queued = [asyncio.ensure_future(c.submit("a", j)) for j in (2, 3, 4)]
+    await settle()
+    queued[1].cancel()  # cancelled before its call was sent: never sent
+    sent.cancel()  # cancelled after its call was sent: its outcome is dropped
+    await settle()
+    r.gate.set()
+    assert await queued[0] == 20 and await queued[2] == 40
+    assert r.calls == [("a", [1]), ("a", [2, 4])]
+    with pytest.raises(asyncio.CancelledError):
+        await sent
+
+
+async def test_calls_respect_max_items_and_keys() -> None:
+    r = Recorder()
+    c: Coalescer[str, int] = Coalescer("t", r.run, max_inflight=1, max_items=5)
+    r.gate.clear()
+    hold = asyncio.ensure_future(c.submit("a", 0))
+    await settle()
+    futs = [asyncio.ensure_future(c.submit("a", 1, size=3)), asyncio.ensure_future(c.submit("b", 2)),
+            asyncio.ensure_future(c.submit("a", 3, size=3)), asyncio.ensure_future(c.submit("a", 4, size=2))]
+    r.gate.set()
+    await asyncio.gather(hold, *futs)
+    # key a: 3 items, then 3 + 2 (never over 5); key b on its own call; tenants take turns
+    assert r.calls == [("a", [0]), ("a", [1]), ("b", [2]), ("a", [3, 4])]
+
+
+# ---- through LogService on a real database
+
+
+@pytest.fixture
+async def svc(pg):  # type: ignore[no-untyped-def]
+    b = Broker(settings=Settings.from_env({}), dsn=pg.new_db())
+    s = services.build(b).log  # the worker's services, none started: limits admit from the cache
+    b.pool = await create_pool(b.settings, b.dsn, min_size=1, max_size=4)
+    b.ready = True
+    try:
+        yield s
+    finally:
+        await s.close()
+        await b.pool.close()
+
+
+P = Principal(tenant="co", sub="alice", grants=frozenset({"produce", "consume"}))
+P2 = Principal(tenant="co", sub="bob", grants=frozenset({"produce", "consume"}))
+
+
+def item(queue: str, part: str, txn: str | None, body: bytes = b'{"a":1}') -> PushItem:
+    return PushItem(queue=queue, partition=part, data=body, txn=txn, trace=None, deadline_ms=None)
+
+
+async def stored(svc: LogService, queue: str) -> list[tuple[str, str, int, str | None]]:
+    async with svc.b.require_pool().acquire() as c:
+        rows = await c.fetch(
+            "SELECT p.name, m.txn, m.seq, m.producer_sub FROM queen_messages m JOIN queen_partitions p "
+            "ON p.tenant = m.tenant AND p.id = m.partition_id WHERE p.tenant = 'co' AND p.queue = $1 "
+            "ORDER BY p.name, m.seq", queue)
+    return [tuple(r) for r in rows]  # type: ignore[misc]
+
+
+async def test_a_coalesced_push_splits_rows_and_dedupes_across_requests(svc: LogService) -> None:
+    jobs = [
+        (P, [item("q", "p1", "a"), item("q", "p2", "b")]),
+        (P2, [item("q", "p1", "a"), item("q", "p3", "c")]),  # 'a' in p1 repeats the first request's
+        (P, [item("q", "p2", "b2"), item("q", "p2", "b2")]),  # a duplicate inside one request
+    ]
+    out = await svc._push_group("co", jobs)
+    assert [[r["status"] for r in rows] for rows in out] == [["queued", "queued"], ["duplicate", "queued"],
+                                                            ["queued", "duplicate"]]
+    assert out[1][0]["message_id"] == out[0][0]["message_id"]
+    assert out[2][1]["message_id"] == out[2][0]["message_id"]
+    assert [r["seq"] for r in out[0]] == [1, 1] and out[2][0]["seq"] == 2  # FIFO per partition, gapless
+    assert await stored(svc, "q") == [("p1", "a", 1, "alice"), ("p2", "b", 1, "alice"), ("p2", "b2", 2, "alice"),
+                                      ("p3", "c", 1, "bob")]
+
+
+async def test_concurrent_pushes_through_the_coalescer_are_answered_and_committed(svc: LogService) -> None:
+    before = svc.push_coalescer.calls
+    res = await asyncio.gather(*[svc.push(P, [item("cq", f"p{i % 7}", f"t{i}")]) for i in range(60)])
+    assert all(r[0]["status"] == "queued" for r in res)
+    assert svc.push_coalescer.calls - before < 60  # shared calls happened
+    rows = await stored(svc, "cq")
+    assert sorted(t for _, t, _, _ in rows) == sorted(f"t{i}" for i in range(60))
+    for part in {p for p, _, _, _ in rows}:  # gapless offsets per partition
+        seqs = [s for p, _, s, _ in rows if p == part]
+        assert seqs == list(range(1, len(seqs) + 1))
+    # what each waiter was told is what is stored
+    async with svc.b.require_pool().acquire() as c:
+        ids = dict(await c.fetch("SELECT txn, id::text FROM queen_messages WHERE tenant = 'co'"))
+    assert all(ids[r[0]["transaction_id"]] == r[0]["message_id"] for r in res)
+
+
+async def test_a_database_failure_answers_every_waiter_and_commits_nothing(svc: LogService, monkeypatch) -> None:
+    real = svc.write
+
+    async def broken(conn, *a, **kw):  # type: ignore[no-untyped-def]
+        await real(conn, *a, **kw)  # the statement ran ...
+        raise asyncpg.exceptions.ConnectionDoesNotExistError("connection lost before the answer")
+
+    async def lost(conn, *a, **kw):  # type: ignore[no-untyped-def]
+        raise asyncpg.exceptions.ConnectionDoesNotExistError("connection lost")
+
+    monkeypatch.setattr(svc, "write", lost)
+    out = await asyncio.gather(*[svc.push(P, [item("fq", f"p{i}", f"t{i}")]) for i in range(20)],
+                               return_exceptions=True)
+    assert all(isinstance(x, asyncpg.exceptions.ConnectionDoesNotExistError) for x in out)
+    assert await stored(svc, "fq") == []
+    # lost after the statement ran (the answer never came): the waiters still all get the failure
+    monkeypatch.setattr(svc, "write", broken)
+    out = await asyncio.gather(*[svc.push(P, [item("fq2", f"p{i}", f"t{i}")]) for i in range(20)],
+                               return_exceptions=True)
+    assert all(isinstance(x, asyncpg.exceptions.ConnectionDoesNotExistError) for x in out)
+    monkeypatch.setattr(svc, "write", real)
+    assert (await svc.push(P, [item("fq", "p0", "t0")]))[0]["status"] == "queued"
+
+
+async def test_a_shared_call_that_fails_for_one_job_retries_each_alone(svc: LogService, monkeypatch) -> None:
+    real = svc.write
+    shared: list[int] = []
+
+    async def picky(conn, tenant, items, *a, **kw):  # type: ignore[no-untyped-def]
+        if len(items) > 1:
+            shared.append(len(items))
+            async with conn.transaction():  # a statement that fails rolls back all of itself
+                await real(conn, tenant, items, *a, **kw)
+                raise asyncpg.exceptions.CheckViolationError("one bad item")
+        return await real(conn, tenant, items, *a, **kw)
+
+    monkeypatch.setattr(svc, "write", picky)
+    out = await svc._push_group("co", [(P, [item("iq", "p1", "x")]), (P, [item("iq", "p2", "y")])])
+    assert shared == [2]
+    assert [rows[0]["status"] for rows in out] == ["queued", "queued"]
+    assert [t for _, t, _, _ in await stored(svc, "iq")] == ["x", "y"]
+
+
+async def test_coalesced_acks_split_verdicts(svc: LogService) -> None:
+    for i in range(4):
+        await svc.push(P, [item("aq", f"p{i}", f"m{i}")])
+    async with svc.b.require_pool().acquire() as c:
+        pops = [await c.fetch("SELECT * FROM queen_pop('co', 'aq', NULL, '__QUEUE_MODE__', 10, 1, false, NULL, NULL)")
+                for _ in range(4)]
+    msgs = [r for rows in pops for r in rows if r["kind"] == "msg"]
+    assert len(msgs) == 4
+
+    def ack(m, lease=None):  # type: ignore[no-untyped-def]
+        return AckItem(partition_id=m["partition_id"], txn=m["txn"], status="completed",
+                       lease=lease if lease is not None else m["lease_id"], lease_malformed=False,
+                       group="__QUEUE_MODE__", error=None)
+
+    jobs = [[(msgs[0]["partition_id"], msgs[0]["txn"], "completed", msgs[0]["lease_id"], "__QUEUE_MODE__", None)],
+            [(msgs[1]["partition_id"], msgs[1]["txn"], "completed", uuid.uuid4(), "__QUEUE_MODE__", None)],
+            [(m["partition_id"], m["txn"], "completed", m["lease_id"], "__QUEUE_MODE__", None) for m in msgs[2:]]]
+    out = await svc._ack_group("co", jobs)
+    assert [[v[0] for v in rows] for rows in out] == [[True], [False], [True, True]]
+    assert out[1][0][1] == "Invalid or expired lease"
+    # through the coalescer, concurrently: the refused one is still acknowledgeable with its lease
+    res = await asyncio.gather(svc.ack(P, [ack(msgs[1])]), svc.ack(P, [ack(msgs[0])]))
+    assert [r[0]["success"] for r in res] == [True, True]
