@@ -1,0 +1,94 @@
+"""The OpenAPI document (broker/openapi.yaml, served at /openapi.json): valid OpenAPI 3.1, and the same
+set of routes as the router, both ways. (tests/conftest.py validates every exchange of the suite against
+it; tests/test_openapi_fuzz.py runs schemathesis against a live broker.)"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from openapi_spec_validator import validate
+
+from broker.app import create_app
+from broker.config import Settings
+from broker.http.openapi import document
+
+METHODS = ("get", "put", "post", "delete", "patch")
+
+
+def _doc_routes() -> set[tuple[str, str]]:
+    return {(m.upper(), path) for path, item in document()["paths"].items() for m in METHODS if m in item}
+
+
+def _router_routes() -> set[tuple[str, str]]:
+    app = create_app(Settings(), "postgresql://unused/never-connected")
+    out = set()
+    for route in app.router.routes():
+        if route.method == "HEAD":  # aiohttp adds HEAD to every GET route by itself
+            continue
+        # aiohttp's {name:regex} is OpenAPI's {name} (the catch-all is marked x-catch-all in the document)
+        out.add((route.method, re.sub(r"\{(\w+):[^}]+\}", r"{\1}", route.resource.canonical)))
+    return out
+
+
+def test_the_document_is_valid_openapi_3_1():
+    doc = document()
+    assert doc["openapi"].startswith("3.1")
+    validate(doc)
+
+
+def test_every_route_is_documented_and_every_documented_route_exists():
+    router, doc = _router_routes(), _doc_routes()
+    assert router - doc == set(), "routes the broker mounts that broker/openapi.yaml does not describe"
+    assert doc - router == set(), "routes broker/openapi.yaml describes that the broker does not mount"
+
+
+def _operations():  # type: ignore[no-untyped-def]
+    for path, item in document()["paths"].items():
+        for m in METHODS:
+            if m in item:
+                yield path, m, item[m]
+
+
+def test_api_operations_document_auth_and_unavailable_and_open_routes_need_no_credential():
+    for path, method, op in _operations():
+        if path.startswith("/api/") and path != "/api/v1/health":
+            assert {"401", "503"} <= set(op["responses"]), f"{method} {path}"
+            assert "security" not in op, f"{method} {path}: the document-wide bearer scheme applies"
+        else:
+            assert op.get("security") == [], f"{method} {path} is open (no credential)"
+        assert "500" not in op["responses"] and "default" not in op["responses"], f"{method} {path}"
+
+
+def test_test_hooks_are_marked_as_such():
+    for path, method, op in _operations():
+        hook = path.startswith("/api/v1/test/")
+        assert bool(op.get("x-test-hook")) == hook, f"{method} {path}"
+        assert ("test-hooks" in op.get("tags", [])) == hook, f"{method} {path}"
+
+
+def test_error_responses_carry_the_envelope():
+    responses = document()["components"]["responses"]
+    for path, method, op in _operations():
+        for status, resp in op["responses"].items():
+            if int(status) < 400 or path.startswith(("/health", "/api/v1/health")):
+                continue
+            resp = responses[resp["$ref"].rsplit("/", 1)[-1]] if "$ref" in resp else resp
+            schema = resp["content"]["application/json"]["schema"]
+            refs = [schema.get("$ref")] + [s.get("$ref") for s in schema.get("allOf", [])]
+            assert "#/components/schemas/Error" in refs, f"{method} {path} {status}"
+    err = document()["components"]["schemas"]["Error"]
+    assert err["required"] == ["error", "reason", "detail"] and err["additionalProperties"] is True
+
+
+def test_served_at_openapi_json_without_a_credential(http):
+    r = http.get("/openapi.json")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("application/json")
+    assert r.json() == document()
+
+
+@pytest.mark.parametrize("path", ["/api/v1/whoami", "/health"])
+def test_the_traffic_hook_sees_exchanges(http, path, _openapi_traffic_hook):
+    before = _openapi_traffic_hook.checked
+    assert http.get(path).status_code == 200
+    assert _openapi_traffic_hook.checked == before + 1
