@@ -249,7 +249,12 @@ class _OpenApiTraffic:
 
         doc = document()
         self._doc = doc
-        self._openapi = OpenAPI.from_dict(doc)
+        from openapi_core import Config
+        from openapi_core.deserializing.media_types.util import json_loads
+
+        # The document's JSON-body aliases (x-json-body-aliases) are JSON to the broker: parse them so.
+        aliases = {m: json_loads for m in doc.get("x-json-body-aliases", [])}
+        self._openapi = OpenAPI.from_dict(doc, config=Config(extra_media_type_deserializers=aliases))
         for template, item in doc["paths"].items():
             catch_all = {self._param(p)["name"] for p in item.get("parameters", []) if self._param(p).get("x-catch-all")}
             for method in ("get", "put", "post", "delete"):
@@ -273,6 +278,8 @@ class _OpenApiTraffic:
         return p
 
     def match(self, path: str) -> tuple[str, dict[str, str]] | None:
+        """``path`` as sent (percent-encoded): the router matches segments before decoding, so an
+        encoded ``/`` (``%2F``) stays inside its segment."""
         path = _re.sub(r"/{2,}", "/", path)  # the broker's Router collapses repeated slashes
         for rx, template, _names in self._routes:
             m = rx.match(path)
@@ -302,7 +309,7 @@ class _OpenApiTraffic:
         method = request.method.lower()
         if method in ("head", "options"):
             return None
-        found = self.match(request.url.path)
+        found = self.match(request.url.raw_path.decode("ascii").split("?", 1)[0])
         operation = self._doc["paths"][found[0]].get(method) if found else None
         if operation is None:
             if status in (404, 405):
@@ -317,7 +324,8 @@ class _OpenApiTraffic:
             path = request.url.path
             path_pattern = template
             parameters = RequestParameters(query=query, header=req_headers, cookie=ImmutableMultiDict(), path=path_params)
-            content_type = request.headers.get("content-type", "")
+            # RFC 9110 8.3: a body without Content-Type may be taken as application/octet-stream (aiohttp does)
+            content_type = request.headers.get("content-type") or ("application/octet-stream" if request.content else "")
             body = request.content or None
 
         req = _Req()
@@ -363,11 +371,22 @@ class _OpenApiTraffic:
         while cause is not None:
             schema_errors = getattr(cause, "schema_errors", None)
             if schema_errors:
-                parts += [f"{'/'.join(map(str, e.absolute_path)) or '<body>'}: {e.message}" for e in list(schema_errors)[:3]]
+                for e in list(schema_errors)[:3]:
+                    e = _deepest(e)
+                    where = "/".join(map(str, e.absolute_path)) or "<body>"
+                    parts.append(f"at {where}: {e.validator} {e.validator_value!r} fails on {repr(e.instance)[:150]}")
+                break
             else:
                 parts.append(f"{type(cause).__name__}: {cause}")
             cause = cause.__cause__
-        return " | ".join(p[:400] for p in parts)
+        return " | ".join(p[:300] for p in parts)
+
+
+def _deepest(e: Any) -> Any:
+    """The innermost error of a oneOf/anyOf/allOf failure: the field that is actually wrong."""
+    while getattr(e, "context", None):
+        e = max(e.context, key=lambda c: len(c.absolute_path))
+    return e
 
 
 OPENAPI_TRAFFIC = _OpenApiTraffic()

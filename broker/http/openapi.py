@@ -18,7 +18,17 @@ from aiohttp import web
 
 @functools.cache
 def document() -> dict[str, Any]:
-    return yaml.safe_load(resources.files("broker").joinpath("openapi.yaml").read_text(encoding="utf-8"))
+    """The document as served: the YAML, with each JSON request body also listed under the media types
+    of ``x-json-body-aliases`` (the broker reads them all as JSON; see ``broker.http.wire.read_json``)."""
+    doc = yaml.safe_load(resources.files("broker").joinpath("openapi.yaml").read_text(encoding="utf-8"))
+    aliases = doc.get("x-json-body-aliases", [])
+    for item in doc["paths"].values():
+        for op in item.values():
+            content = op.get("requestBody", {}).get("content", {}) if isinstance(op, dict) else {}
+            if "application/json" in content and "*/*" not in content:
+                for alias in aliases:
+                    content.setdefault(alias, content["application/json"])
+    return doc
 
 
 @functools.cache
