@@ -5,6 +5,7 @@ Thin handlers: parse and validate (``broker.log.parse``), call ``LogService`` / 
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 from aiohttp import web
@@ -89,11 +90,11 @@ async def pop_by_namespace(request: web.Request) -> web.Response:
     task = parse.opt_str(request.query.get("task"), "task")
     if ns is None and task is None:
         raise BadRequest("bad_query", "pop by namespace needs namespace and/or task")
+    req = _pop_request(request, "", None)  # validate the parameters before the lookup can answer 204
     queues = await catalog.queues_by_namespace(broker(request), p.tenant, ns, task)
     if not queues:
         return web.Response(status=204)
-    req = _pop_request(request, queues[0], None)
-    return _pop_answer(await _svc(request).pop(p, req, queues))
+    return _pop_answer(await _svc(request).pop(p, dataclasses.replace(req, queue=queues[0]), queues))
 
 
 async def ack(request: web.Request) -> web.Response:
