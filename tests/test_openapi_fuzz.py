@@ -17,6 +17,7 @@ legitimate 503, which the no-5xx check would count against the broker).
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 from collections import Counter
@@ -34,6 +35,7 @@ from broker.localserver import LocalBroker
 METHODS = ("get", "put", "post", "delete", "patch")
 EXAMPLES = int(os.environ.get("QUEEN_FUZZ_EXAMPLES", "6"))
 CALLS: Counter[str] = Counter()
+STATEFUL: Counter[str] = Counter()
 CHECKS = """
 [checks]
 enabled = false
@@ -68,7 +70,7 @@ def fuzz_schema(fuzz_broker):  # type: ignore[no-untyped-def]
         f"[generation]\nmax-examples = {EXAMPLES}\nallow-extra-parameters = false\n"
         "[phases.coverage]\nenabled = false\n" + CHECKS
     )
-    return schemathesis.openapi.from_dict(document(), config=config)
+    return schemathesis.openapi.from_dict(copy.deepcopy(document()), config=config)  # it edits what it is given
 
 
 SURFACE_SWITCHES = ("/api/v1/admin/kv", "/api/v1/admin/timers/scheduling")
@@ -144,10 +146,11 @@ def test_stateful_links(fuzz_schema):  # type: ignore[no-untyped-def]
         def before_call(self, case) -> None:  # type: ignore[no-untyped-def]
             _tame(case)
             CALLS["stateful"] += 1
+            STATEFUL[f"{case.method} {case.operation.path}"] += 1
 
     Tamed.run(
         settings=settings(
-            max_examples=max(3, EXAMPLES // 2), stateful_step_count=6, deadline=None,
+            max_examples=2 * EXAMPLES, stateful_step_count=8, deadline=None,
             suppress_health_check=list(HealthCheck),
         )
     )
@@ -166,7 +169,7 @@ def test_zz_figures(capsys):  # type: ignore[no-untyped-def]
         print(f"\nschemathesis: {len(ran)} operations, "
               f"{sum(v for k, v in CALLS.items() if k.startswith('positive'))} positive and "
               f"{sum(v for k, v in CALLS.items() if k.startswith('negative'))} negative generated calls, "
-              f"{CALLS['stateful']} stateful calls")
+              f"{CALLS['stateful']} stateful calls: {dict(STATEFUL.most_common())}")
     if any(k.startswith("positive") for k in CALLS):
         documented = {f"{m.upper()} {p}" for p, item in document()["paths"].items() for m in item if m in METHODS}
         assert {k.split(" ", 1)[1] for k in CALLS if k.startswith("positive")} == documented

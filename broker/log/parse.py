@@ -177,6 +177,8 @@ def queue_options(raw: Any, current: QueueOptions | None = None) -> QueueOptions
     dlq = current.dlq_enabled if current else True
     enc = current.encryption_enabled if current else False
     for key, value in raw.items():
+        if key not in OPTION_INT and key not in OPTION_BOOL:  # before the null check: no key is silently dropped
+            raise BadRequest("unknown_option", f"options.{key} is not a queue option this broker knows", extra={"option": key})
         if value is None:
             continue
         if key in OPTION_INT:
@@ -198,8 +200,6 @@ def queue_options(raw: Any, current: QueueOptions | None = None) -> QueueOptions
                 dlq = value
             else:
                 extra[key] = value
-        else:
-            raise BadRequest("unknown_option", f"options.{key} is not a queue option this broker knows", extra={"option": key})
     return QueueOptions(lease, retry, dlq, enc, extra)
 
 
