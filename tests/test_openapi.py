@@ -92,3 +92,28 @@ def test_the_traffic_hook_sees_exchanges(http, path, _openapi_traffic_hook):
     before = _openapi_traffic_hook.checked
     assert http.get(path).status_code == 200
     assert _openapi_traffic_hook.checked == before + 1
+
+
+def test_the_traffic_hook_catches_a_mismatch(broker, _openapi_traffic_hook):
+    """Fed a made-up exchange that contradicts the document, the hook records it (then we drop it)."""
+    import httpx
+
+    hook, before = _openapi_traffic_hook, len(_openapi_traffic_hook.failures)
+    cases = [
+        # an undocumented body shape
+        (httpx.Request("GET", broker.url + "/api/v1/whoami"), 200, b'{"tenant": "t"}'),
+        # an undocumented status
+        (httpx.Request("GET", broker.url + "/api/v1/whoami"), 418, b'{"error":"x","reason":"x","detail":"x"}'),
+        # the broker "accepting" a request the document refuses (an unknown push field)
+        (httpx.Request("POST", broker.url + "/api/v1/push", json={"items": [{"queue": "q", "tenant": "x"}]}), 201, b"[]"),
+        # a path the document does not have, answered 200
+        (httpx.Request("GET", broker.url + "/api/v1/nowhere"), 200, b"{}"),
+    ]
+    for request, status, body in cases:
+        hook.check(request, status, httpx.Headers({"content-type": "application/json"}), body)
+    found = hook.failures[before:]
+    del hook.failures[before:]
+    assert len(found) == len(cases), found
+    assert "GET /api/v1/whoami -> 200: the response does not match the document" in found[0]
+    assert "-> 418" in found[1] and "accepted a request the document refuses" in found[2]
+    assert "no such path" in found[3]

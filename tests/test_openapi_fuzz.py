@@ -150,7 +150,7 @@ def test_stateful_links(fuzz_schema):  # type: ignore[no-untyped-def]
 
     Tamed.run(
         settings=settings(
-            max_examples=2 * EXAMPLES, stateful_step_count=8, deadline=None,
+            max_examples=3 * EXAMPLES, stateful_step_count=10, deadline=None,
             suppress_health_check=list(HealthCheck),
         )
     )
