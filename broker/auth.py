@@ -148,12 +148,12 @@ class TokenVerifier:
             alg, key = self._only
         else:  # several keys: the header names the algorithm, which picks the key (or nothing)
             try:
-                alg = self._jws.get_unverified_header(token).get("alg")
+                named = self._jws.get_unverified_header(token).get("alg")
             except jwt.PyJWTError:
                 raise Unauthenticated("token_malformed", "the bearer token does not decode") from None
-            key = self._keys.get(alg) if isinstance(alg, str) else None
-            if key is None:  # "none", an unknown algorithm, or one with no configured key
+            if not isinstance(named, str) or named not in self._keys:  # "none", unknown, or no key for it
                 raise Unauthenticated("token_invalid", "the token signature does not verify")
+            alg, key = named, self._keys[named]
         try:
             payload = self._jws.decode(token, key, algorithms=[alg])
         except jwt.InvalidSignatureError:  # a DecodeError subclass: test it first

@@ -20,7 +20,7 @@ from aiohttp import web
 def document() -> dict[str, Any]:
     """The document as served: the YAML, with each JSON request body also listed under the media types
     of ``x-json-body-aliases`` (the broker reads them all as JSON; see ``broker.http.wire.read_json``)."""
-    doc = yaml.safe_load(resources.files("broker").joinpath("openapi.yaml").read_text(encoding="utf-8"))
+    doc: dict[str, Any] = yaml.safe_load(resources.files("broker").joinpath("openapi.yaml").read_text(encoding="utf-8"))
     aliases = doc.get("x-json-body-aliases", [])
     for item in doc["paths"].values():
         for op in item.values():
