@@ -5,6 +5,7 @@ it; tests/test_openapi_fuzz.py runs schemathesis against a live broker.)"""
 from __future__ import annotations
 
 import re
+import uuid
 
 import pytest
 from openapi_spec_validator import validate
@@ -117,3 +118,22 @@ def test_the_traffic_hook_catches_a_mismatch(broker, _openapi_traffic_hook):
     assert "GET /api/v1/whoami -> 200: the response does not match the document" in found[0]
     assert "-> 418" in found[1] and "accepted a request the document refuses" in found[2]
     assert "no such path" in found[3]
+
+
+def test_every_name_the_broker_accepts_reaches_its_path_route(http):
+    """Found by schemathesis: a queue named with a brace, or a key with a line break, matched no route
+    (aiohttp's default segment pattern excludes braces, ``.+`` excludes line breaks): 404 instead of an
+    answer. Path segments now take anything but ``/``, catch-all keys anything at all."""
+    from urllib.parse import quote
+
+    queue = f"q{{}}-{uuid.uuid4().hex[:8]}"
+    assert http.post("/api/v1/configure", json={"queue": queue}).status_code == 200
+    q = quote(queue, safe="")
+    assert http.get(f"/api/v1/pop/queue/{q}").status_code == 204
+    assert http.get(f"/api/v1/pop/queue/{q}/partition/%7Bp%7D").status_code == 204
+    assert http.get(f"/api/v1/resources/queues/{q}").status_code == 200
+    assert http.get(f"/api/v1/timers/{q}").status_code == 200
+    key = quote("line\nbreak/{k}", safe="/")
+    assert http.get(f"/api/v1/timers/{q}/{key}").json()["found"] is False
+    assert http.get(f"/api/v1/messages/{uuid.uuid4()}/%7Btxn%7D").json()["reason"] == "message_not_found"
+    assert http.get("/api/v1/kv/ns/line%0Abreak").json()["reason"] == "kv_key_not_found"

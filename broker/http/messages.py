@@ -180,13 +180,13 @@ async def message_get(request: web.Request) -> web.Response:
 def setup(app: web.Application) -> None:
     r = app.router
     r.add_post("/api/v1/push", push)
-    r.add_get("/api/v1/pop/queue/{queue}", pop_queue)
-    r.add_get("/api/v1/pop/queue/{queue}/partition/{partition}", pop_queue)
+    r.add_get("/api/v1/pop/queue/{queue:[^/]+}", pop_queue)
+    r.add_get("/api/v1/pop/queue/{queue:[^/]+}/partition/{partition:[^/]+}", pop_queue)
     r.add_get("/api/v1/pop", pop_by_namespace)
     r.add_post("/api/v1/ack", ack)
     r.add_post("/api/v1/ack/batch", ack_batch)
-    r.add_post("/api/v1/lease/{lease}/extend", lease_extend)
+    r.add_post("/api/v1/lease/{lease:[^/]+}/extend", lease_extend)
     r.add_get("/api/v1/dlq", dlq_list)
     r.add_post("/api/v1/dlq/{id}/replay", dlq_replay)
     r.add_get("/api/v1/messages/lookup", lookup)
-    r.add_get("/api/v1/messages/{pid}/{txn}", message_get)
+    r.add_get("/api/v1/messages/{pid}/{txn:[^/]+}", message_get)
