@@ -5,32 +5,76 @@ With authentication off (no ``QUEEN_JWT_SECRET`` and no ``QUEEN_JWT_PUBLIC_KEY_F
 the default tenant's, with every grant and the fixed default sub. The sub is the only source of
 ``producerSub`` anywhere in the product.
 
-Tokens are compact JWS: HS256 (shared secret), EdDSA (Ed25519) or RS256 (RSA) via ``cryptography``.
-Claims read: ``sub`` (required), ``tenant`` (required), ``grants`` (list, or ``scope`` as a space
-separated string), ``exp`` / ``nbf`` (checked with a small leeway). Unknown grants are ignored.
+Tokens are compact JWS, parsed and verified by PyJWT (its JWS layer) against an explicit allow-list,
+one algorithm per configured key: HS256 for ``QUEEN_JWT_SECRET``, EdDSA for an Ed25519 public key, RS256
+for an RSA one. The PyJWS registry holds only those algorithms, and each is bound to its own key: a token
+naming any other (``none``, HS512, RS256 when only a secret is configured, HS256 "signed" with the public
+key...) is refused before any key is used.
+
+Claims rules (ours, applied to the verified claims): ``sub`` (required, non-empty string), ``tenant``
+(required, 1-128 of ``a-z A-Z 0-9 . _ - :``), ``grants`` (a list, or ``scope`` as a space separated
+string; unknown grants are ignored), ``exp`` / ``nbf`` (numbers, checked with a 30 s leeway; any other
+type is refused). ``iat`` is not checked. We do not use PyJWT's JWT-layer claim checks: they coerce
+``exp``/``nbf`` strings with ``int()`` (``"99999999999"`` would pass) and report a non-numeric ``exp`` as a
+decode error, which would change both the rules and the reasons.
+
+Refusal reasons (401 ``unauthenticated``): ``token_missing``, ``token_malformed``, ``token_invalid``
+(signature, algorithm or key), ``token_expired``, ``token_not_yet_valid``, ``token_no_sub``,
+``token_no_tenant``.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
-import hmac
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import jwt
 import orjson
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ed25519, padding, rsa
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
+from jwt.algorithms import HMACAlgorithm
 
 from broker.config import Settings
 from broker.errors import Forbidden, Unauthenticated
 
+log = logging.getLogger("queen.auth")
+
 GRANTS = frozenset({"produce", "consume", "admin"})
 LEEWAY_S = 30
+# Verified tokens remembered per worker (token string -> exp, nbf, principal). A client reuses one token
+# for many requests; PyJWT's strict parse costs ~50 us a token, a dict hit ~1 us. Only tokens whose
+# signature verified under this process's keys get in, so garbage cannot fill it; exp/nbf are checked
+# again on every hit. Oldest entry out when full.
+CACHE_MAX = 4096
 _TENANT_RE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-:")
+
+
+class _HS256(HMACAlgorithm):
+    """PyJWT's HMAC-SHA256, minus two per-call guards that do not apply here: the short-key warning
+    (issued on every verify; we log it once at start instead) and the refusal of a secret that looks
+    like a PEM key (an alg-confusion guard for callers that hand one key to every algorithm; ours binds
+    each algorithm to its own key, and ``mint`` must be able to forge such a token for the tests)."""
+
+    def __init__(self) -> None:
+        super().__init__(HMACAlgorithm.SHA256)
+
+    def prepare_key(self, key: str | bytes) -> bytes:
+        return key.encode() if isinstance(key, str) else key
+
+    def check_key_length(self, key: bytes) -> str | None:
+        return None
+
+
+def _jws(algorithms: list[str]) -> jwt.PyJWS:
+    """A PyJWS whose registry holds exactly ``algorithms`` (none other can even be looked up)."""
+    jws = jwt.PyJWS(algorithms=algorithms)
+    if "HS256" in algorithms:
+        jws.unregister_algorithm("HS256")
+        jws.register_algorithm("HS256", _HS256())
+    return jws
 
 
 @dataclass(frozen=True)
@@ -52,25 +96,27 @@ class Principal:
             )
 
 
-def _b64url_decode(part: str) -> bytes:
-    pad = "=" * (-len(part) % 4)
-    return base64.urlsafe_b64decode(part + pad)
-
-
-def _b64url(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
 class TokenVerifier:
     def __init__(self, settings: Settings) -> None:
         self.enabled = settings.auth_enabled
         self.default = Principal(settings.default_tenant, settings.default_sub, GRANTS)
-        self._secret = settings.jwt_secret.encode() if settings.jwt_secret else None
-        self._public = None
+        # The allow-list: algorithm -> the one key that may verify it.
+        self._keys: dict[str, Any] = {}
+        if settings.jwt_secret:
+            self._keys["HS256"] = settings.jwt_secret.encode()
         if settings.jwt_public_key_file:
-            self._public = serialization.load_pem_public_key(Path(settings.jwt_public_key_file).read_bytes())
-            if not isinstance(self._public, ed25519.Ed25519PublicKey | rsa.RSAPublicKey):
+            public = serialization.load_pem_public_key(Path(settings.jwt_public_key_file).read_bytes())
+            if isinstance(public, ed25519.Ed25519PublicKey):
+                self._keys["EdDSA"] = public
+            elif isinstance(public, rsa.RSAPublicKey):
+                self._keys["RS256"] = public
+            else:
                 raise ValueError("QUEEN_JWT_PUBLIC_KEY_FILE must hold an Ed25519 or RSA public key")
+        if settings.jwt_secret and len(self._keys["HS256"]) < 32:
+            log.warning("QUEEN_JWT_SECRET is %d bytes; RFC 7518 asks for at least 32 for HS256", len(self._keys["HS256"]))
+        self._jws = _jws(list(self._keys))
+        self._only = next(iter(self._keys.items())) if len(self._keys) == 1 else None
+        self._cache: dict[str, tuple[object, object, Principal]] = {}
 
     def principal(self, authorization: str | None) -> Principal:
         if not self.enabled:
@@ -83,53 +129,73 @@ class TokenVerifier:
         return self.verify(token)
 
     def verify(self, token: str) -> Principal:
-        parts = token.split(".")
-        if len(parts) != 3:
-            raise Unauthenticated("token_malformed", "the bearer token is not a compact JWS (three dot-separated parts)")
-        try:
-            header = orjson.loads(_b64url_decode(parts[0]))
-            claims = orjson.loads(_b64url_decode(parts[1]))
-            signature = _b64url_decode(parts[2])
-        except (binascii.Error, ValueError, orjson.JSONDecodeError):
-            raise Unauthenticated("token_malformed", "the bearer token does not decode") from None
-        if not isinstance(header, dict) or not isinstance(claims, dict):
-            raise Unauthenticated("token_malformed", "the token header and claims must be JSON objects")
-        alg = header.get("alg")
-        signing_input = f"{parts[0]}.{parts[1]}".encode()
-        if not self._signature_ok(alg, signing_input, signature):
-            raise Unauthenticated("token_invalid", "the token signature does not verify")
-        now = time.time()
-        exp = claims.get("exp")
-        if exp is not None and (not isinstance(exp, int | float) or now > exp + LEEWAY_S):
-            raise Unauthenticated("token_expired", "the token has expired")
-        nbf = claims.get("nbf")
-        if nbf is not None and (not isinstance(nbf, int | float) or now + LEEWAY_S < nbf):
-            raise Unauthenticated("token_not_yet_valid", "the token is not valid yet (nbf)")
-        sub, tenant = claims.get("sub"), claims.get("tenant")
-        if not isinstance(sub, str) or not sub:
-            raise Unauthenticated("token_no_sub", "the token carries no sub claim")
-        if not isinstance(tenant, str) or not tenant or len(tenant) > 128 or not set(tenant) <= _TENANT_RE_CHARS:
-            raise Unauthenticated("token_no_tenant", "the token carries no valid tenant claim")
-        raw = claims.get("grants")
-        if raw is None and isinstance(claims.get("scope"), str):
-            raw = claims["scope"].split()
-        grants = frozenset(g for g in (raw or []) if isinstance(g, str) and g in GRANTS)
-        return Principal(tenant=tenant, sub=sub, grants=grants)
+        hit = self._cache.get(token)
+        if hit is not None:
+            exp, nbf, p = hit
+            _check_times(exp, nbf)
+            return p
+        exp, nbf, p = self.verify_uncached(token)
+        if len(self._cache) >= CACHE_MAX:
+            self._cache.pop(next(iter(self._cache)))
+        self._cache[token] = (exp, nbf, p)
+        return p
 
-    def _signature_ok(self, alg: object, signing_input: bytes, signature: bytes) -> bool:
-        if alg == "HS256" and self._secret is not None:
-            expected = hmac.new(self._secret, signing_input, hashlib.sha256).digest()
-            return hmac.compare_digest(expected, signature)
+    def verify_uncached(self, token: str) -> tuple[object, object, Principal]:
+        """Parse and verify with PyJWT, then apply the claims rules: ``(exp, nbf, principal)``."""
+        if token.count(".") != 2:
+            raise Unauthenticated("token_malformed", "the bearer token is not a compact JWS (three dot-separated parts)")
+        if self._only is not None:
+            alg, key = self._only
+        else:  # several keys: the header names the algorithm, which picks the key (or nothing)
+            try:
+                named = self._jws.get_unverified_header(token).get("alg")
+            except jwt.PyJWTError:
+                raise Unauthenticated("token_malformed", "the bearer token does not decode") from None
+            if not isinstance(named, str) or named not in self._keys:  # "none", unknown, or no key for it
+                raise Unauthenticated("token_invalid", "the token signature does not verify")
+            alg, key = named, self._keys[named]
         try:
-            if alg == "EdDSA" and isinstance(self._public, ed25519.Ed25519PublicKey):
-                self._public.verify(signature, signing_input)
-                return True
-            if alg == "RS256" and isinstance(self._public, rsa.RSAPublicKey):
-                self._public.verify(signature, signing_input, padding.PKCS1v15(), hashes.SHA256())
-                return True
-        except InvalidSignature:
-            return False
-        return False  # "none", unknown algorithms, or an algorithm with no configured key
+            payload = self._jws.decode(token, key, algorithms=[alg])
+        except jwt.InvalidSignatureError:  # a DecodeError subclass: test it first
+            raise Unauthenticated("token_invalid", "the token signature does not verify") from None
+        except jwt.DecodeError:
+            raise Unauthenticated("token_malformed", "the bearer token does not decode") from None
+        except jwt.PyJWTError:  # InvalidAlgorithmError (none, another algorithm), an unsupported crit header...
+            raise Unauthenticated("token_invalid", "the token signature does not verify") from None
+        try:
+            claims = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            raise Unauthenticated("token_malformed", "the token claims are not JSON") from None
+        if not isinstance(claims, dict):
+            raise Unauthenticated("token_malformed", "the token claims must be a JSON object")
+        exp, nbf = claims.get("exp"), claims.get("nbf")
+        _check_times(exp, nbf)
+        return exp, nbf, _principal(claims)
+
+
+def _number(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _check_times(exp: object, nbf: object) -> None:
+    now = time.time()
+    if exp is not None and (not _number(exp) or now > exp + LEEWAY_S):  # type: ignore[operator]
+        raise Unauthenticated("token_expired", "the token has expired")
+    if nbf is not None and (not _number(nbf) or now + LEEWAY_S < nbf):  # type: ignore[operator]
+        raise Unauthenticated("token_not_yet_valid", "the token is not valid yet (nbf)")
+
+
+def _principal(claims: dict[str, Any]) -> Principal:
+    sub, tenant = claims.get("sub"), claims.get("tenant")
+    if not isinstance(sub, str) or not sub:
+        raise Unauthenticated("token_no_sub", "the token carries no sub claim")
+    if not isinstance(tenant, str) or not tenant or len(tenant) > 128 or not set(tenant) <= _TENANT_RE_CHARS:
+        raise Unauthenticated("token_no_tenant", "the token carries no valid tenant claim")
+    raw = claims.get("grants")
+    if raw is None and isinstance(claims.get("scope"), str):
+        raw = claims["scope"].split()
+    grants = frozenset(g for g in (raw if isinstance(raw, list) else []) if isinstance(g, str) and g in GRANTS)
+    return Principal(tenant=tenant, sub=sub, grants=grants)
 
 
 def mint(
@@ -141,25 +207,23 @@ def mint(
     secret: str | None = None,
     private_key_pem: bytes | None = None,
 ) -> str:
-    """Mint a token (``queen token create`` and the tests). HS256 with ``secret``; EdDSA or RS256 with
-    a PEM private key (the algorithm follows the key type)."""
-    claims: dict[str, object] = {"sub": sub, "tenant": tenant, "grants": sorted(set(grants)), "iat": int(time.time())}
+    """Mint a token (``queen token create`` and the tests) with PyJWT. HS256 with ``secret``; EdDSA or
+    RS256 with a PEM private key (the algorithm follows the key type)."""
+    now = int(time.time())
+    claims: dict[str, object] = {"sub": sub, "tenant": tenant, "grants": sorted(set(grants)), "iat": now}
     if ttl_s is not None:
-        claims["exp"] = int(time.time()) + ttl_s
+        claims["exp"] = now + ttl_s
+    key: Any
     if secret is not None:
-        alg = "HS256"
+        key, alg = secret.encode(), "HS256"
     elif private_key_pem is not None:
         key = serialization.load_pem_private_key(private_key_pem, password=None)
-        alg = "EdDSA" if isinstance(key, ed25519.Ed25519PrivateKey) else "RS256"
+        if isinstance(key, ed25519.Ed25519PrivateKey):
+            alg = "EdDSA"
+        elif isinstance(key, rsa.RSAPrivateKey):
+            alg = "RS256"
+        else:
+            raise ValueError("the private key must be Ed25519 or RSA")
     else:
         raise ValueError("mint needs a secret or a private key")
-    head = _b64url(orjson.dumps({"alg": alg, "typ": "JWT"}))
-    body = _b64url(orjson.dumps(claims))
-    signing_input = f"{head}.{body}".encode()
-    if alg == "HS256":
-        sig = hmac.new(secret.encode(), signing_input, hashlib.sha256).digest()  # type: ignore[union-attr]
-    elif alg == "EdDSA":
-        sig = key.sign(signing_input)  # type: ignore[union-attr,call-arg]
-    else:
-        sig = key.sign(signing_input, padding.PKCS1v15(), hashes.SHA256())  # type: ignore[union-attr,call-arg,arg-type]
-    return f"{head}.{body}.{_b64url(sig)}"
+    return _jws([alg]).encode(orjson.dumps(claims), key, algorithm=alg, headers={"typ": "JWT"})

@@ -64,7 +64,9 @@ def worker_main(settings: Settings, sock: socket.socket, dsn: str, index: int, r
 
     async def run() -> None:
         app = create_app(settings, dsn, worker_index=index)
-        runner = web.AppRunner(app, handle_signals=False, access_log=None)
+        # max_line_size: a legal timer key (1024 characters) percent-encoded is up to 12 KiB on the request
+        # line, more than aiohttp's 8190-byte default (which refused it with a text/plain 400).
+        runner = web.AppRunner(app, handle_signals=False, access_log=None, max_line_size=32_768)
         await runner.setup()
         if restarted:
             deadline = time.monotonic() + RESTART_READY_WAIT_S

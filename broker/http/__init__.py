@@ -15,6 +15,7 @@ from broker.http import (
     kv,
     messages,
     metrics,
+    openapi,
     queues,
     test_hooks,
     timers,
@@ -23,4 +24,4 @@ from broker.http import (
 )
 
 ROUTE_MODULES = [health, metrics, admin, admin_limits, kv, usage, queues, messages, transactions]
-ROUTE_MODULES += [timers, admin_timers, test_hooks, console]
+ROUTE_MODULES += [timers, admin_timers, test_hooks, console, openapi]

@@ -182,6 +182,6 @@ async def _write(request: web.Request, op: dict[str, Any]) -> web.Response:
 
 def setup(app: web.Application) -> None:
     app.router.add_post("/api/v1/kv", kv_batch)
-    app.router.add_get("/api/v1/kv/{ns}/{key:.+}", kv_get)
-    app.router.add_put("/api/v1/kv/{ns}/{key:.+}", kv_put)
-    app.router.add_delete("/api/v1/kv/{ns}/{key:.+}", kv_delete)
+    app.router.add_get(r"/api/v1/kv/{ns}/{key:[\s\S]+}", kv_get)
+    app.router.add_put(r"/api/v1/kv/{ns}/{key:[\s\S]+}", kv_put)
+    app.router.add_delete(r"/api/v1/kv/{ns}/{key:[\s\S]+}", kv_delete)

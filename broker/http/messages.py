@@ -5,6 +5,7 @@ Thin handlers: parse and validate (``broker.log.parse``), call ``LogService`` / 
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 from aiohttp import web
@@ -89,11 +90,11 @@ async def pop_by_namespace(request: web.Request) -> web.Response:
     task = parse.opt_str(request.query.get("task"), "task")
     if ns is None and task is None:
         raise BadRequest("bad_query", "pop by namespace needs namespace and/or task")
+    req = _pop_request(request, "", None)  # validate the parameters before the lookup can answer 204
     queues = await catalog.queues_by_namespace(broker(request), p.tenant, ns, task)
     if not queues:
         return web.Response(status=204)
-    req = _pop_request(request, queues[0], None)
-    return _pop_answer(await _svc(request).pop(p, req, queues))
+    return _pop_answer(await _svc(request).pop(p, dataclasses.replace(req, queue=queues[0]), queues))
 
 
 async def ack(request: web.Request) -> web.Response:
@@ -179,13 +180,13 @@ async def message_get(request: web.Request) -> web.Response:
 def setup(app: web.Application) -> None:
     r = app.router
     r.add_post("/api/v1/push", push)
-    r.add_get("/api/v1/pop/queue/{queue}", pop_queue)
-    r.add_get("/api/v1/pop/queue/{queue}/partition/{partition}", pop_queue)
+    r.add_get("/api/v1/pop/queue/{queue:[^/]+}", pop_queue)
+    r.add_get("/api/v1/pop/queue/{queue:[^/]+}/partition/{partition:[^/]+}", pop_queue)
     r.add_get("/api/v1/pop", pop_by_namespace)
     r.add_post("/api/v1/ack", ack)
     r.add_post("/api/v1/ack/batch", ack_batch)
-    r.add_post("/api/v1/lease/{lease}/extend", lease_extend)
+    r.add_post("/api/v1/lease/{lease:[^/]+}/extend", lease_extend)
     r.add_get("/api/v1/dlq", dlq_list)
     r.add_post("/api/v1/dlq/{id}/replay", dlq_replay)
     r.add_get("/api/v1/messages/lookup", lookup)
-    r.add_get("/api/v1/messages/{pid}/{txn}", message_get)
+    r.add_get("/api/v1/messages/{pid}/{txn:[^/]+}", message_get)

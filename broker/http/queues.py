@@ -65,5 +65,5 @@ async def delete_queue(request: web.Request) -> web.Response:
 def setup(app: web.Application) -> None:
     app.router.add_post("/api/v1/configure", configure)
     app.router.add_get("/api/v1/resources/queues", list_queues)
-    app.router.add_get("/api/v1/resources/queues/{queue}", get_queue)
-    app.router.add_delete("/api/v1/resources/queues/{queue}", delete_queue)
+    app.router.add_get("/api/v1/resources/queues/{queue:[^/]+}", get_queue)
+    app.router.add_delete("/api/v1/resources/queues/{queue:[^/]+}", delete_queue)

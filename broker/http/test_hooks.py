@@ -60,7 +60,9 @@ async def fail(request: web.Request) -> web.Response:
     klass = body.get("class")
     if klass not in ("transient", "permanent", "stall"):
         raise BadRequest("bad_test_hook", '`class` must be "transient", "permanent" or "stall"')
-    ms = _int(body, "ms", 0, MAX_MS, 0) if klass == "stall" else 0
+    ms = _int(body, "ms", 0, MAX_MS, 0)  # checked whatever the class: a bad value is refused, not ignored
+    if klass != "stall":
+        ms = 0
     tenant = principal(request).tenant
     return json_response(await faults.fail(request.app[BROKER].require_pool(), tenant, queue, klass, count, ms))
 

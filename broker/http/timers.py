@@ -107,6 +107,6 @@ async def overview(request: web.Request) -> web.Response:
 def setup(app: web.Application) -> None:
     app.router.add_post("/api/v1/timers", post_timers)
     app.router.add_get("/api/v1/timers-overview", overview)
-    app.router.add_get("/api/v1/timers/{queue}", list_timers)
-    app.router.add_get("/api/v1/timers/{queue}/{timerKey:.+}", peek_timer)
-    app.router.add_delete("/api/v1/timers/{queue}/{timerKey:.+}", delete_timer)
+    app.router.add_get("/api/v1/timers/{queue:[^/]+}", list_timers)
+    app.router.add_get(r"/api/v1/timers/{queue:[^/]+}/{timerKey:[\s\S]+}", peek_timer)
+    app.router.add_delete(r"/api/v1/timers/{queue:[^/]+}/{timerKey:[\s\S]+}", delete_timer)

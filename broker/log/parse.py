@@ -177,6 +177,8 @@ def queue_options(raw: Any, current: QueueOptions | None = None) -> QueueOptions
     dlq = current.dlq_enabled if current else True
     enc = current.encryption_enabled if current else False
     for key, value in raw.items():
+        if key not in OPTION_INT and key not in OPTION_BOOL:  # before the null check: no key is silently dropped
+            raise BadRequest("unknown_option", f"options.{key} is not a queue option this broker knows", extra={"option": key})
         if value is None:
             continue
         if key in OPTION_INT:
@@ -198,8 +200,6 @@ def queue_options(raw: Any, current: QueueOptions | None = None) -> QueueOptions
                 dlq = value
             else:
                 extra[key] = value
-        else:
-            raise BadRequest("unknown_option", f"options.{key} is not a queue option this broker knows", extra={"option": key})
     return QueueOptions(lease, retry, dlq, enc, extra)
 
 
@@ -220,13 +220,13 @@ def ack_item(raw: Any, where: str, default_group: str | None, memo: dict[Any, An
         status = "completed"
     elif status is False:
         status = "failed"
-    if status not in ACK_STATUSES:
+    if not isinstance(status, str) or status not in ACK_STATUSES:  # a list or object is unhashable
         raise BadRequest("bad_status", f"{where}.status must be one of {sorted(ACK_STATUSES)}")
     lease_raw = raw.get("leaseId")
     lease = maybe_uuid(lease_raw)
     malformed = lease is None and lease_raw not in (None, "")
     group = raw.get("consumerGroup") or default_group or QUEUE_MODE
-    if ("group", group) not in memo:
+    if not isinstance(group, str) or ("group", group) not in memo:  # a list or object is unhashable
         name(group, f"{where}.consumerGroup")
         memo[("group", group)] = True
     err = raw.get("error")

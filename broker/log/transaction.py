@@ -58,7 +58,8 @@ def parse_bundle(body: dict[str, Any], principal: Principal, b: Broker, max_payl
     ops = body.get("operations", [])
     if not isinstance(ops, list):
         raise BadRequest("bad_operations", "operations must be an array")
-    req = body.get("requiredLeases") or []
+    req = body.get("requiredLeases")
+    req = [] if req is None else req  # only null means "none"; false, 0 or "" are malformed
     if not isinstance(req, list) or not all(isinstance(x, str) for x in req):
         raise BadRequest("bad_required_leases", "requiredLeases must be an array of lease id strings")
     bundle = Bundle(required=[parse.maybe_uuid(x) for x in dict.fromkeys(req)])
