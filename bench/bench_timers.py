@@ -1,4 +1,4 @@
-"""Timer benches (issues 5 and 12): every row of issue 12's table, each printed as figure, target and,
+"""Timer benches: every row of the "timers at volume" table, each printed as figure, target and,
 where the target is a throughput, the ratio to a bare-SQL baseline measured in the same run (this
 machine's speed varies ~4x from day to day; the ratios are what compares). Not part of any default run:
 
@@ -667,7 +667,7 @@ async def main() -> None:
         if emb is not None:
             emb.stop()
         if RESULTS:
-            print(f"\n== issue 12 table (load {os.getloadavg()[0]:.1f}) ==")
+            print(f"\n== timers at volume (load {os.getloadavg()[0]:.1f}) ==")
             for name, figure, target, mark, extra in RESULTS:
                 print(f"| {name} | {figure} | {target} | {mark} {extra} |")
 

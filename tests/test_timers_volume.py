@@ -1,4 +1,4 @@
-"""Timers at volume (issue 12): the cost of a claim and of a schedule must not depend on how many rows
+"""Timers at volume: the cost of a claim and of a schedule must not depend on how many rows
 are pending or due, nor on when statistics were last gathered.
 
 The failure these tests catch: on a table filled in one burst and never analyzed, the planner served a

@@ -285,12 +285,12 @@ $$;
 -- backend first cached a generic plan; together with the partial due indexes (sql/migrations/
 -- 0003_timers.sql) this keeps each key lookup on the primary key and each due walk on a due index
 -- whatever the statistics say. A plan cached while the table was nearly empty otherwise kept a
--- hash join over a full scan for the life of the connection (issue 12).
+-- hash join over a full scan for the life of the connection.
 --
 -- Claims at most p_batch due rows (due_at <= now(): fresh, backoff elapsed, or claim expired),
 -- stamping p_token, claimed_until = due_at = clock_timestamp() + p_lease_ms: the lease starts when the
 -- rows are stamped, at the claim's end, not at its transaction's start (a slow claim must not eat its
--- own lease; issue 12 saw a 19 s claim leave 11 s of a 30 s lease). Nothing is claimed while an operator
+-- own lease: a 19 s claim once left 11 s of a 30 s lease). Nothing is claimed while an operator
 -- has paused the sweeper. With p_faults (test hooks) each row may carry an injected fault taken from
 -- queen_timer_faults. When fewer than p_batch rows were claimed, a last row with tenant NULL carries
 -- next_due_ms: how long until the earliest row becomes due (NULL when there is none), by the database

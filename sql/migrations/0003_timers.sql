@@ -54,7 +54,7 @@ CREATE TABLE queen_timers (
 -- primary key. Without this, on a table whose statistics are stale (filled by one burst, never
 -- analyzed), (tenant, queue, partition, due_at) and the primary key tie on cost and the planner
 -- picked the smaller one, reading every row of the queue per key: measured 1.8 s per 256-op schedule
--- at 50k rows in one queue, and 1-4 s per 1,000-row claim at 20k due (issue 12).
+-- at 50k rows in one queue, and 1-4 s per 1,000-row claim at 20k due.
 CREATE INDEX queen_timers_due ON queen_timers (tenant, due_at) WHERE due_at IS NOT NULL;
 -- A partition's due rows, earliest first (the claim's per-partition walk).
 CREATE INDEX queen_timers_partition_due ON queen_timers (tenant, queue, partition, due_at)
