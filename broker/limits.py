@@ -27,7 +27,7 @@ Where the numbers live (all in PostgreSQL, never in a process):
 - period usage (messages, kv ops): ``queen_usage``, written by ``metering.record`` INSIDE the writers'
   transactions; storage bytes and pending timers: ``queen_usage_gauges``, kept by statement-level
   triggers on ``queen_messages`` and ``queen_timers`` and by the KV function. Counters are slotted
-  (16 rows per tenant, one per backend) so concurrent writers of one tenant do not queue on a hot row;
+  (64 rows per tenant, picked by backend pid) so concurrent writers of one tenant do not queue on a hot row;
 - the rate: a token bucket row per tenant (``queen_rate_buckets``), taken with one statement per
   admitted call, refilled by the database clock. Only tenants with a rate limit pay that round trip.
 

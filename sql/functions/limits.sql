@@ -14,7 +14,7 @@ $$;
 CREATE OR REPLACE FUNCTION queen_meter(p_tenant text, p_period_s integer, p_messages bigint, p_kv_ops bigint)
 RETURNS void LANGUAGE sql AS $$
     INSERT INTO queen_usage AS u (tenant, period_start, slot, messages, kv_ops)
-    SELECT p_tenant, queen_period_start(now(), p_period_s), (pg_backend_pid() % 16)::smallint, p_messages, p_kv_ops
+    SELECT p_tenant, queen_period_start(now(), p_period_s), (pg_backend_pid() % 64)::smallint, p_messages, p_kv_ops
     WHERE p_messages <> 0 OR p_kv_ops <> 0
     ON CONFLICT (tenant, period_start, slot)
     DO UPDATE SET messages = u.messages + excluded.messages, kv_ops = u.kv_ops + excluded.kv_ops
@@ -24,7 +24,7 @@ $$;
 CREATE OR REPLACE FUNCTION queen_gauge_add(p_tenant text, p_storage bigint, p_timers bigint)
 RETURNS void LANGUAGE sql AS $$
     INSERT INTO queen_usage_gauges AS g (tenant, slot, storage_bytes, timers_pending)
-    SELECT p_tenant, (pg_backend_pid() % 16)::smallint, p_storage, p_timers
+    SELECT p_tenant, (pg_backend_pid() % 64)::smallint, p_storage, p_timers
     WHERE p_storage <> 0 OR p_timers <> 0
     ON CONFLICT (tenant, slot)
     DO UPDATE SET storage_bytes = g.storage_bytes + excluded.storage_bytes,
@@ -36,7 +36,7 @@ $$;
 CREATE OR REPLACE FUNCTION queen_messages_storage_ins() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO queen_usage_gauges AS g (tenant, slot, storage_bytes, timers_pending)
-    SELECT n.tenant, (pg_backend_pid() % 16)::smallint, sum(octet_length(n.payload)), 0
+    SELECT n.tenant, (pg_backend_pid() % 64)::smallint, sum(octet_length(n.payload)), 0
     FROM queen_new_rows n GROUP BY n.tenant
     ORDER BY n.tenant
     ON CONFLICT (tenant, slot) DO UPDATE SET storage_bytes = g.storage_bytes + excluded.storage_bytes;
@@ -47,7 +47,7 @@ $$;
 CREATE OR REPLACE FUNCTION queen_messages_storage_del() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO queen_usage_gauges AS g (tenant, slot, storage_bytes, timers_pending)
-    SELECT o.tenant, (pg_backend_pid() % 16)::smallint, -sum(octet_length(o.payload)), 0
+    SELECT o.tenant, (pg_backend_pid() % 64)::smallint, -sum(octet_length(o.payload)), 0
     FROM queen_old_rows o GROUP BY o.tenant
     ORDER BY o.tenant
     ON CONFLICT (tenant, slot) DO UPDATE SET storage_bytes = g.storage_bytes + excluded.storage_bytes;
@@ -95,7 +95,7 @@ $$;
 CREATE OR REPLACE FUNCTION queen_timers_gauge_ins() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO queen_usage_gauges AS g (tenant, slot, storage_bytes, timers_pending)
-    SELECT n.tenant, (pg_backend_pid() % 16)::smallint, 0, count(*)
+    SELECT n.tenant, (pg_backend_pid() % 64)::smallint, 0, count(*)
     FROM queen_new_timers n GROUP BY n.tenant ORDER BY n.tenant
     ON CONFLICT (tenant, slot) DO UPDATE SET timers_pending = g.timers_pending + excluded.timers_pending;
     RETURN NULL;
@@ -105,7 +105,7 @@ $$;
 CREATE OR REPLACE FUNCTION queen_timers_gauge_del() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO queen_usage_gauges AS g (tenant, slot, storage_bytes, timers_pending)
-    SELECT o.tenant, (pg_backend_pid() % 16)::smallint, 0, -count(*)
+    SELECT o.tenant, (pg_backend_pid() % 64)::smallint, 0, -count(*)
     FROM queen_old_timers o GROUP BY o.tenant ORDER BY o.tenant
     ON CONFLICT (tenant, slot) DO UPDATE SET timers_pending = g.timers_pending + excluded.timers_pending;
     RETURN NULL;

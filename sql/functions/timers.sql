@@ -36,7 +36,9 @@ CREATE OR REPLACE FUNCTION queen_timers_apply(
     p_key_ids        text[],
     p_delays         bigint[]
 ) RETURNS TABLE (idx integer, status text, txn text, message_id uuid, deliver_at timestamptz)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET plan_cache_mode = force_custom_plan
+AS $$
 #variable_conflict use_column
 DECLARE
     v_near bigint;
@@ -69,13 +71,19 @@ BEGIN
         FROM unnest(p_ops, p_queues, p_keys, p_partitions, p_txns, p_ids, p_payloads, p_zstd, p_key_ids, p_delays)
              WITH ORDINALITY AS u(op, q, k, p, t, id, pl, z, kid, d, ord)
     ),
+    -- Existing rows, locked in key order. One primary-key probe per op (a LATERAL subquery: the
+    -- planner cannot turn it into a scan of the tenant's or the queue's rows, whatever it believes
+    -- their number to be); the ctid lets the cancels delete exactly the rows locked here.
     cur AS (
-        SELECT t.queue, t.timer_key, t.txn AS old_txn,
-               (t.claim_token IS NOT NULL AND t.claimed_until > now()) AS claimed
-        FROM queen_timers t
-        JOIN inp ON t.tenant = p_tenant AND t.queue = inp.q AND t.timer_key = inp.k
-        ORDER BY t.queue, t.timer_key
-        FOR UPDATE OF t
+        SELECT x.queue, x.timer_key, x.old_txn, x.claimed, x.tid
+        FROM (SELECT DISTINCT inp.q, inp.k FROM inp ORDER BY inp.q, inp.k) o
+        CROSS JOIN LATERAL (
+            SELECT t.queue, t.timer_key, t.txn AS old_txn,
+                   (t.claim_token IS NOT NULL AND t.claimed_until > now()) AS claimed, t.ctid AS tid
+            FROM queen_timers t
+            WHERE t.tenant = p_tenant AND t.queue = o.q AND t.timer_key = o.k
+            FOR UPDATE OF t
+        ) x
     ),
     ups AS (
         INSERT INTO queen_timers AS t (tenant, queue, timer_key, partition, txn, message_id, payload,
@@ -96,9 +104,10 @@ BEGIN
     ),
     del AS (
         DELETE FROM queen_timers t
-        USING inp, cur
-        WHERE inp.op = 'cancel' AND cur.queue = inp.q AND cur.timer_key = inp.k AND NOT cur.claimed
-          AND t.tenant = p_tenant AND t.queue = inp.q AND t.timer_key = inp.k
+        WHERE t.ctid = ANY (ARRAY(
+            SELECT cur.tid FROM cur JOIN inp ON cur.queue = inp.q AND cur.timer_key = inp.k
+            WHERE inp.op = 'cancel' AND NOT cur.claimed))
+          AND t.tenant = p_tenant
         RETURNING t.queue, t.timer_key, t.txn
     )
     SELECT inp.i,
@@ -163,7 +172,9 @@ CREATE OR REPLACE FUNCTION queen_timers_fire(
     p_backoff_base_ms bigint,
     p_backoff_cap_ms  bigint
 ) RETURNS TABLE (kind text, tenant text, queue text, timer_key text, lag_s double precision)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET plan_cache_mode = force_custom_plan
+AS $$
 #variable_conflict use_column
 DECLARE
     r record;
@@ -172,9 +183,18 @@ BEGIN
         WITH inp AS (
             SELECT * FROM unnest(g_tenants, g_queues, g_keys, g_payloads, g_codecs) AS u(te, q, k, pl, c)
         ),
+        -- The rows still holding the token: one primary-key probe per key (LATERAL, so never a scan
+        -- whatever the statistics say; the token is checked on the row found, not in the probe, where
+        -- it would let the planner use the partial index of live claims and read a whole queue's
+        -- claims per key), locked, then deleted by ctid.
         gone AS (
-            DELETE FROM queen_timers t USING inp
-            WHERE t.tenant = inp.te AND t.queue = inp.q AND t.timer_key = inp.k AND t.claim_token = p_token
+            DELETE FROM queen_timers t
+            WHERE t.ctid = ANY (ARRAY(
+                SELECT x.tid FROM inp CROSS JOIN LATERAL (
+                    SELECT t2.ctid AS tid FROM queen_timers t2
+                    WHERE t2.tenant = inp.te AND t2.queue = inp.q AND t2.timer_key = inp.k
+                    FOR UPDATE OF t2) x))
+              AND t.claim_token = p_token
             RETURNING t.tenant, t.queue, t.timer_key, t.partition, t.txn, t.message_id, t.payload,
                       t.payload_zstd, t.key_id, t.producer_sub, t.deliver_at
         ),
@@ -260,8 +280,17 @@ $$;
 
 -- queen_timers_claim: the claim half of a sweep cycle, one call.
 --
+-- Plans (apply, fire and claim alike): every statement is planned afresh at each call
+-- (plan_cache_mode = force_custom_plan), from the table's size now, not the size it had when the
+-- backend first cached a generic plan; together with the partial due indexes (sql/migrations/
+-- 0003_timers.sql) this keeps each key lookup on the primary key and each due walk on a due index
+-- whatever the statistics say. A plan cached while the table was nearly empty otherwise kept a
+-- hash join over a full scan for the life of the connection.
+--
 -- Claims at most p_batch due rows (due_at <= now(): fresh, backoff elapsed, or claim expired),
--- stamping p_token, claimed_until = due_at = now() + p_lease_ms. Nothing is claimed while an operator
+-- stamping p_token, claimed_until = due_at = clock_timestamp() + p_lease_ms: the lease starts when the
+-- rows are stamped, at the claim's end, not at its transaction's start (a slow claim must not eat its
+-- own lease: a 19 s claim once left 11 s of a 30 s lease). Nothing is claimed while an operator
 -- has paused the sweeper. With p_faults (test hooks) each row may carry an injected fault taken from
 -- queen_timer_faults. When fewer than p_batch rows were claimed, a last row with tenant NULL carries
 -- next_due_ms: how long until the earliest row becomes due (NULL when there is none), by the database
@@ -306,7 +335,15 @@ CREATE OR REPLACE FUNCTION queen_timers_claim(
 ) RETURNS TABLE (tenant text, queue text, timer_key text, partition text, payload bytea,
                  payload_zstd boolean, key_id text, deliver_at timestamptz, fault text, stall_ms integer,
                  next_due_ms bigint, paused boolean)
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE
+SET plan_cache_mode = force_custom_plan
+-- Every statement here is an index walk under a LIMIT or a probe by key, by design; with these off the
+-- planner cannot trade one for a hash join or a scan on a wrong row estimate (never-analyzed table).
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+AS $$
 #variable_conflict use_column
 DECLARE
     v_active integer;
@@ -329,7 +366,8 @@ BEGIN
     END IF;
 
     SELECT count(*) INTO v_active FROM queen_tenants qt
-    WHERE EXISTS (SELECT 1 FROM queen_timers t WHERE t.tenant = qt.tenant AND t.due_at <= now());
+    CROSS JOIN LATERAL (SELECT 1 FROM queen_timers t WHERE t.tenant = qt.tenant AND t.due_at <= now()
+                        ORDER BY t.due_at LIMIT 1) x;
 
     IF v_active > 0 THEN
         v_slice := greatest(ceil(p_batch::numeric / v_active)::integer, 1);
@@ -420,17 +458,22 @@ BEGIN
                 ) y
                 LIMIT p_batch
             ),
-            due AS (
-                SELECT t.tenant AS te, t.queue, t.timer_key
+            -- Lock the picked rows by key (primary key only: no condition on due_at here, which would
+            -- let the planner serve the lookup from a due index), then keep those still due in the
+            -- version just locked: a row another claimer stamped and committed meanwhile is due later.
+            locked AS MATERIALIZED (
+                SELECT t.tenant AS te, t.queue, t.timer_key, t.due_at
                 FROM queen_timers t JOIN pick ON t.tenant = pick.te AND t.queue = pick.queue AND t.timer_key = pick.timer_key
-                WHERE t.due_at <= now()
                 FOR UPDATE OF t SKIP LOCKED
+            ),
+            due AS (
+                SELECT l.te, l.queue, l.timer_key FROM locked l WHERE l.due_at <= now()
             ),
             claimed AS (
                 UPDATE queen_timers t
-                   SET claim_token = p_token, claimed_until = now() + p_lease_ms * interval '1 millisecond',
-                       due_at = now() + p_lease_ms * interval '1 millisecond', claimed_by = p_claimed_by
-                FROM due
+                   SET claim_token = p_token, claimed_until = st.until, due_at = st.until,
+                       claimed_by = p_claimed_by
+                FROM due, (SELECT clock_timestamp() + p_lease_ms * interval '1 millisecond' AS until) st
                 WHERE t.tenant = due.te AND t.queue = due.queue AND t.timer_key = due.timer_key
                 RETURNING t.tenant, t.queue, t.timer_key, t.partition, t.payload, t.payload_zstd, t.key_id,
                           t.deliver_at
@@ -469,6 +512,7 @@ BEGIN
                ceil(extract(epoch FROM min(x.d) - now()) * 1000)::bigint, false
         FROM queen_tenants qt
         CROSS JOIN LATERAL (SELECT t.due_at AS d FROM queen_timers t WHERE t.tenant = qt.tenant
+                              AND t.due_at IS NOT NULL
                             ORDER BY t.due_at LIMIT 1) x;
     END IF;
 END

@@ -2,11 +2,12 @@
 -- pending-timer gauges, and the rate-limit token buckets. Metering, admission and the gauge triggers
 -- are in sql/functions/limits.sql.
 --
--- Counters are SLOTTED: every tenant has up to 16 rows per counter, and a writer adds to the slot of its
--- own backend (pg_backend_pid() % 16). Two connections writing for one tenant at once therefore
--- (almost always) touch different rows, so a meter update inside a writer's transaction never
--- serialises that tenant's writers on one hot row. A reader sums the slots: at most 16 rows per tenant,
--- never a scan of the data being counted.
+-- Counters are SLOTTED: every tenant has up to 64 rows per counter, and a writer adds to the slot of its
+-- own backend (pg_backend_pid() % 64). Two connections writing for one tenant at once therefore
+-- (almost always) touch different rows, so a meter update inside a writer's transaction rarely
+-- serialises that tenant's writers on one hot row (with 16 slots, 8 concurrent writers shared a slot
+-- in ~88 % of cases and queued on it until commit; with 64, ~37 %). A reader sums the slots: at
+-- most 64 rows per tenant, never a scan of the data being counted.
 
 -- A tenant's own plan. NULL = inherit the cell's value (Settings). A stored value can only narrow the
 -- cell's: the admin route refuses a widening value with 400, and the effective value is always
