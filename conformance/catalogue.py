@@ -14,6 +14,12 @@ Sources:
   LIM  = docs/decisions.md §4: plans, quotas and the degradation rungs; docs/protocol.md §3.4/§4.4/§7.
   ENV  = the envelope and status-code rules (broker/errors.py, docs/protocol.md §1.7).
   P3   = docs/protocol.md §3 (timer wire details not spelled out in the spec).
+  LOG  = the README's "Message log" section and docs/protocol.md §2 (push, pop, ack, leases, DLQ, lookups,
+         configure, retention, encryption as the wire sees it, transactions of pushes and acks).
+  EDGE = every numeric rule at its exact boundary (the allowed value passes, the next one is refused);
+         edges the target states (horizon, max payload) are read from GET /api/v1/usage.
+  XB   = the README's "Multiple brokers on one database": contracts that need two --url of one deployment
+         (NOT VERIFIED with one).
 
 ``queen conformance --list`` prints every id with its sentence and the tests that check it.
 """
@@ -617,4 +623,37 @@ INFORMATIVE: tuple[tuple[str, str], ...] = (
      "rationale for TMR-PAYLOAD-CEILING"),
     ("The reason is structural rather than commercial ... never crosses the gateway ...", "rationale for metering"),
     ("... the frame never had a consumer group, its offset is not a position ...", "rationale for TMR-DLQ-REPLAY-REFUSED"),
+)
+
+# Sentences of the README's "Message log" section that carry no id, and why (same audit as above).
+INFORMATIVE_LOG: tuple[tuple[str, str], ...] = (
+    ("Code: broker/log/ ..., sql/migrations/0010-0016_log_*.sql ...", "where our code lives, not wire behaviour"),
+    ("Configure ... the others are validated and stored but not acted on.",
+     "stored-not-enforced options have no behaviour to catch; LOG-CONFIGURE checks the option set"),
+    ("DELETE /api/v1/resources/queues/{queue} ... 404 queue_not_found", "needs the admin grant on tenant A's "
+     "queues; deleting is destructive for a shared target (kept out of the suite)"),
+    ("partitions (how many partitions one pop may claim, default 1, all under one leaseId)",
+     "not yet catalogued: a multi-partition pop's shared lease"),
+    ("other unknown parameters (autopilot, frames, ...) are ignored", "tolerance, not a promise a client relies on"),
+    ("... (queen_messages_expired_total) ...", "metric names: the metrics surface is not part of the wire contract"),
+    ("One queen_push call per request; offsets are gapless per partition and commit in offset order.",
+     "implementation; the visible part (FIFO) is LOG-POP-FIFO"),
+    ("Only the head of a partition is deleted ... a cursor below the floor moves up to it ...",
+     "needs retention racing consumers at known offsets; the visible part is LOG-RETENTION / LOG-COMPLETED-RETENTION"),
+    ("Each worker runs a supervised log-retention loop ... QUEEN_LOG_RETENTION_INTERVAL_MS ...",
+     "operator settings (the suite waits up to --queen-fire-timeout for a pass)"),
+    ("Deleted bytes leave the tenant's storage gauge ...", "metering detail; storage quota rungs are LIM-STORAGE-QUOTA"),
+    ("To rotate: put the new key first and keep the old ones ... restart the brokers",
+     "needs restarting the brokers with another key ring: out of reach over HTTP"),
+    ("A message whose key is gone is still delivered ... undecryptable: true ...",
+     "needs a key removed from the ring: out of reach over HTTP (the broker's own tests cover it)"),
+    ("A queue switched to encryption is honoured by every worker at once ...",
+     "a race between workers; not observable deterministically from outside"),
+    ("Compression: payloads of at least QUEEN_ZSTD_THRESHOLD_BYTES are stored zstd-compressed ... transparently.",
+     "invisible on the wire by design; LOG-PUSH-ANY-JSON and EDGE-LOG-PAYLOAD-BYTES round-trip large payloads"),
+    ("Long polls and NOTIFY: ... advisory-lock handshake ... At drain, waiting polls answer 204 at once.",
+     "mechanism; the wake-ups are LOG-POP-WAIT-WOKEN and XB-LONG-POLL-WAKE; drain needs stopping the broker"),
+    ("Push cost: ... fast path ...", "performance, not behaviour (same answers)"),
+    ("Metrics: queen_messages_pushed_total{source} ...", "metric names"),
+    ("Bench: ...", "tooling"),
 )

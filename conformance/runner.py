@@ -94,7 +94,7 @@ def local_broker(workers: int = 2) -> Iterator[tuple[str, dict[str, str]]]:
 
 
 def print_catalogue(out=None) -> None:
-    from conformance.catalogue import CONTRACTS, INFORMATIVE
+    from conformance.catalogue import CONTRACTS, INFORMATIVE, INFORMATIVE_LOG
     from conformance.plugin import contract_index
 
     out = out or sys.stdout
@@ -104,9 +104,17 @@ def print_catalogue(out=None) -> None:
         print(textwrap.fill(c.sentence, 100, initial_indent="    ", subsequent_indent="    "), file=out)
         for t in index.get(c.id, []) or ["(no test!)"]:
             print(f"    test: {t}", file=out)
+    families: dict[str, int] = {}
+    for c in CONTRACTS:
+        fam = c.id.split("-")[0]
+        families[fam] = families.get(fam, 0) + 1
     print(f"\n{len(CONTRACTS)} contracts", file=out)
+    print("by family: " + ", ".join(f"{k} {v}" for k, v in families.items()), file=out)
     print("\nSentences of the timer spec (docs/timer-routes.md) without an id, and why:", file=out)
     for sentence, why in INFORMATIVE:
+        print(textwrap.fill(f"- {sentence}  [{why}]", 100, subsequent_indent="  "), file=out)
+    print("\nSentences of the README's Message log section without an id, and why:", file=out)
+    for sentence, why in INFORMATIVE_LOG:
         print(textwrap.fill(f"- {sentence}  [{why}]", 100, subsequent_indent="  "), file=out)
 
 

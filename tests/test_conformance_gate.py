@@ -1,4 +1,5 @@
-"""The conformance gate: (1) the whole suite against our broker passes (every contract passed, or NOT
+"""The conformance gate: (1) the whole suite against our broker (two `queen serve` on one database, so the
+cross-broker contracts run too; operator-state contracts opted in) passes (every contract passed, or NOT
 VERIFIED with a reason; none failed); (2) the suite catches every mutant of conformance/mutants.py, each
 run through the proxy with only the tests of the contracts that mutant breaks (side by side, with fresh
 tenants per run, except runs that flip cluster-wide switches, which go one at a time).
@@ -29,17 +30,25 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
-def conf_broker(pg, tmp_path_factory) -> Iterator[tuple[LocalBroker, dict[str, str], str]]:
+def conf_broker(pg, tmp_path_factory) -> Iterator[tuple[list[LocalBroker], dict[str, str], str]]:
+    """Two `queen serve` on ONE database (a deployment): the suite spreads its calls over both, so the
+    cross-broker contracts run. They share the secret and the key ring, as brokers of one cell do."""
     secret = secrets.token_urlsafe(24)
-    b = LocalBroker(dsn=pg.new_db(), workers=2, env=local_env(secret),
-                    log_path=tmp_path_factory.mktemp("conformance") / "broker.log")
-    b.start()
-    yield b, mint_tokens(secret), secret
-    b.stop()
+    env, dsn, logs = local_env(secret), pg.new_db(), tmp_path_factory.mktemp("conformance")
+    brokers = [LocalBroker(dsn=dsn, workers=2, env=env, log_path=logs / f"broker-{i}.log") for i in range(2)]
+    try:
+        for b in brokers:
+            b.start()
+        yield brokers, mint_tokens(secret), secret
+    finally:
+        for b in brokers:
+            b.stop()
 
 
-def run_suite(url: str, tokens: dict[str, str], report: Path, *extra: str) -> tuple[int, dict[str, Any], str]:
-    argv = [sys.executable, "-m", "conformance.runner", "--url", url, "--report", str(report), "-q"]
+def run_suite(urls: list[str], tokens: dict[str, str], report: Path, *extra: str) -> tuple[int, dict[str, Any], str]:
+    argv = [sys.executable, "-m", "conformance.runner", "--report", str(report), "-q", "--allow-cluster-changes"]
+    for url in urls:
+        argv += ["--url", url]
     for opt, key in (("--token", "token"), ("--token-b", "token_b"), ("--admin-token", "admin_token"),
                      ("--token-produce-only", "token_produce_only"), ("--token-consume-only", "token_consume_only")):
         argv += [opt, tokens[key]]
@@ -51,8 +60,8 @@ def run_suite(url: str, tokens: dict[str, str], report: Path, *extra: str) -> tu
 
 @pytest.fixture(scope="module")
 def baseline(conf_broker, tmp_path_factory) -> tuple[int, dict[str, Any], str]:
-    broker, tokens, _secret = conf_broker
-    return run_suite(broker.url, tokens, tmp_path_factory.mktemp("baseline") / "report.json")
+    brokers, tokens, _secret = conf_broker
+    return run_suite([b.url for b in brokers], tokens, tmp_path_factory.mktemp("baseline") / "report.json")
 
 
 def test_suite_passes_against_our_broker(baseline):
@@ -69,30 +78,41 @@ def test_suite_passes_against_our_broker(baseline):
     assert code == 0, out
 
 
-def _mutant_run(broker_url: str, secret: str, name: str, workdir: Path) -> tuple[int, dict[str, Any], str]:
+def test_two_brokers_pass_the_cross_broker_contracts(baseline):
+    """Our CI runs the suite against a deployment of two brokers on one database: every cross-broker
+    contract (XB-*) is verified there, not just NOT VERIFIED for want of a second URL."""
+    contracts = baseline[1]["contracts"]
+    xb = {cid: r["status"] for cid, r in contracts.items() if cid.startswith("XB-")}
+    assert xb and all(st == "passed" for st in xb.values()), xb
+
+
+def _mutant_run(brokers: list[LocalBroker], secret: str, name: str, workdir: Path) -> tuple[int, dict[str, Any], str]:
     mutant = MUTANTS[name]
-    selection = [a for cid in mutant.breaks for a in ("--contract", cid)]
-    with MutantProxy(broker_url, name) as proxy_url:
+    selection = [a for cid in mutant.breaks for a in ("--contract", cid)] + list(mutant.suite_args)
+    # a second_only mutant is a bug of one broker of the deployment: the first is reached directly
+    behind = brokers[1] if mutant.second_only else brokers[0]
+    with MutantProxy(behind.url, name) as proxy_url:
+        urls = [brokers[0].url, proxy_url] if mutant.second_only else [proxy_url]
         # fresh tenants per run: runs side by side never share a plan, a switch or a meter
-        return run_suite(proxy_url, mint_tokens(secret), workdir / f"{name}.json", *selection)
+        return run_suite(urls, mint_tokens(secret), workdir / f"{name}.json", *selection)
 
 
 @pytest.fixture(scope="module")
 def mutant_runs(conf_broker, baseline, tmp_path_factory) -> dict[str, tuple[int, dict[str, Any], str]]:
     """Every mutant's run, after the baseline. Runs whose tests flip a cluster-wide switch (sweeper pause,
     scheduling switch, suspension) go one at a time; the others run side by side, four at a time."""
-    broker, _tokens, secret = conf_broker
+    brokers, _tokens, secret = conf_broker
     workdir = tmp_path_factory.mktemp("mutants")
     wide = cluster_wide_contracts()
     serial = [n for n in sorted(MUTANTS) if set(MUTANTS[n].breaks) & wide]
     parallel = [n for n in sorted(MUTANTS) if n not in serial]
     runs: dict[str, tuple[int, dict[str, Any], str]] = {}
     with ThreadPoolExecutor(max_workers=4) as pool:
-        futures = {n: pool.submit(_mutant_run, broker.url, secret, n, workdir) for n in parallel}
+        futures = {n: pool.submit(_mutant_run, brokers, secret, n, workdir) for n in parallel}
         for n, fut in futures.items():
             runs[n] = fut.result()
     for n in serial:
-        runs[n] = _mutant_run(broker.url, secret, n, workdir)
+        runs[n] = _mutant_run(brokers, secret, n, workdir)
     return runs
 
 
