@@ -15,14 +15,13 @@ import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from broker.localserver import LocalBroker
-from conformance.mutants import MUTANTS, MutantProxy
+from conformance.mutants import MUTANTS
 from conformance.plugin import cluster_wide_contracts
 from conformance.runner import local_env, mint_tokens
 
@@ -45,17 +44,28 @@ def conf_broker(pg, tmp_path_factory) -> Iterator[tuple[list[LocalBroker], dict[
             b.stop()
 
 
-def run_suite(urls: list[str], tokens: dict[str, str], report: Path, *extra: str) -> tuple[int, dict[str, Any], str]:
-    argv = [sys.executable, "-m", "conformance.runner", "--report", str(report), "-q", "--allow-cluster-changes"]
-    for url in urls:
-        argv += ["--url", url]
+def suite_args(tokens: dict[str, str], report: Path) -> list[str]:
+    argv = ["--report", str(report), "-q", "--allow-cluster-changes"]
     for opt, key in (("--token", "token"), ("--token-b", "token_b"), ("--admin-token", "admin_token"),
                      ("--token-produce-only", "token_produce_only"), ("--token-consume-only", "token_consume_only")):
         argv += [opt, tokens[key]]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("QUEEN_")}
-    proc = subprocess.run(argv + list(extra), cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    data = json.loads(report.read_text()) if report.exists() else {"contracts": {}, "tests": {}}
-    return proc.returncode, data, proc.stdout[-6000:] + proc.stderr[-2000:]
+    return argv
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("QUEEN_")}
+
+
+def _report(report: Path) -> dict[str, Any]:
+    return json.loads(report.read_text()) if report.exists() else {"contracts": {}, "tests": {}}
+
+
+def run_suite(urls: list[str], tokens: dict[str, str], report: Path, *extra: str) -> tuple[int, dict[str, Any], str]:
+    argv = [sys.executable, "-m", "conformance.runner", *suite_args(tokens, report)]
+    for url in urls:
+        argv += ["--url", url]
+    proc = subprocess.run(argv + list(extra), cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    return proc.returncode, _report(report), proc.stdout[-6000:] + proc.stderr[-2000:]
 
 
 @pytest.fixture(scope="module")
@@ -86,33 +96,38 @@ def test_two_brokers_pass_the_cross_broker_contracts(baseline):
     assert xb and all(st == "passed" for st in xb.values()), xb
 
 
-def _mutant_run(brokers: list[LocalBroker], secret: str, name: str, workdir: Path) -> tuple[int, dict[str, Any], str]:
-    mutant = MUTANTS[name]
-    selection = [a for cid in mutant.breaks for a in ("--contract", cid)] + list(mutant.suite_args)
-    # a second_only mutant is a bug of one broker of the deployment: the first is reached directly
-    behind = brokers[1] if mutant.second_only else brokers[0]
-    with MutantProxy(behind.url, name) as proxy_url:
-        urls = [brokers[0].url, proxy_url] if mutant.second_only else [proxy_url]
-        # fresh tenants per run: runs side by side never share a plan, a switch or a meter
-        return run_suite(urls, mint_tokens(secret), workdir / f"{name}.json", *selection)
-
-
 @pytest.fixture(scope="module")
 def mutant_runs(conf_broker, baseline, tmp_path_factory) -> dict[str, tuple[int, dict[str, Any], str]]:
-    """Every mutant's run, after the baseline. Runs whose tests flip a cluster-wide switch (sweeper pause,
-    scheduling switch, suspension) go one at a time; the others run side by side, four at a time."""
+    """Every mutant's run, after the baseline, through ``python -m conformance.gate``: one process that
+    imports the suite once and forks a run per mutant, four side by side; runs whose tests flip a
+    cluster-wide switch (sweeper pause, scheduling switch, suspension) go one at a time, after the others.
+    Fresh tenants per run: runs side by side never share a plan, a switch or a meter. A mutant of the
+    second broker of the pair (``second_only``) gets the first broker directly and the proxy second."""
     brokers, _tokens, secret = conf_broker
     workdir = tmp_path_factory.mktemp("mutants")
     wide = cluster_wide_contracts()
-    serial = [n for n in sorted(MUTANTS) if set(MUTANTS[n].breaks) & wide]
-    parallel = [n for n in sorted(MUTANTS) if n not in serial]
+    jobs = []
+    for name in sorted(MUTANTS):
+        m = MUTANTS[name]
+        selection = [a for cid in m.breaks for a in ("--contract", cid)] + list(m.suite_args)
+        jobs.append({
+            "name": name, "mutant": name, "serial": bool(set(m.breaks) & wide),
+            "behind": (brokers[1] if m.second_only else brokers[0]).url,
+            "first": brokers[0].url if m.second_only else None,
+            "args": suite_args(mint_tokens(secret), workdir / f"{name}.json") + selection,
+            "log": str(workdir / f"{name}.log"),
+        })
+    spec, out = workdir / "jobs.json", workdir / "codes.json"
+    spec.write_text(json.dumps({"parallel": 4, "jobs": jobs}))
+    proc = subprocess.run([sys.executable, "-m", "conformance.gate", "--jobs", str(spec), "--out", str(out)],
+                          cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0 and out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    codes = json.loads(out.read_text())
     runs: dict[str, tuple[int, dict[str, Any], str]] = {}
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        futures = {n: pool.submit(_mutant_run, brokers, secret, n, workdir) for n in parallel}
-        for n, fut in futures.items():
-            runs[n] = fut.result()
-    for n in serial:
-        runs[n] = _mutant_run(brokers, secret, n, workdir)
+    for job in jobs:
+        log = Path(job["log"])
+        text = log.read_text(errors="replace") if log.exists() else ""
+        runs[job["name"]] = (codes.get(job["name"], -1), _report(workdir / f"{job['name']}.json"), text[-6000:])
     return runs
 
 
