@@ -299,7 +299,7 @@ CONTRACTS: tuple[C, ...] = (
       "A push item carrying producerSub, messageId, tenant or an underscore-prefixed field is a 400 (the "
       "broker stamps producerSub from the credential); nothing is pushed."),
     # ---------------------------------------------------------------- message log: push (README / Message log, protocol §2.3)
-    C("LOG-PUSH-ARRAY", f"{ML} / Push; docs/protocol.md §2.3",
+    C("LOG-PUSH-ARRAY", f"{ML} / Push / docs/protocol.md §2.3",
       "POST /api/v1/push answers 201 with a JSON array, one object per item in item order: results[i] answers "
       "items[i] and carries index i, message_id, transaction_id, partition_id, queueName and status."),
     C("LOG-PUSH-QUEUED", "docs/protocol.md §2.3",
@@ -309,7 +309,7 @@ CONTRACTS: tuple[C, ...] = (
     C("LOG-PUSH-DEDUPE", f"{ML} / Push",
       "Dedupe is per (partition, transactionId) across calls: a repeat answers duplicate carrying the first "
       "message's id, and the log holds one message."),
-    C("LOG-PUSH-DEDUPE-IN-REQUEST", f"{ML} / Push; docs/protocol.md §2.3",
+    C("LOG-PUSH-DEDUPE-IN-REQUEST", f"{ML} / Push / docs/protocol.md §2.3",
       "Repeats inside one request are deduplicated too: the second answers duplicate with the first's "
       "message id, and one message is delivered."),
     C("LOG-PUSH-DEDUPE-PER-PARTITION", f"{ML} / Push",
@@ -321,15 +321,15 @@ CONTRACTS: tuple[C, ...] = (
       "payload is any JSON, null included, and is delivered as sent."),
     C("LOG-PUSH-UNKNOWN-FIELD", f"{ML} / Push",
       "An item with an unknown key is 400 and nothing of the request is written (not even its valid items)."),
-    C("LOG-PRODUCERSUB-STAMPED", f"{ML} / Push; docs/protocol.md §2.3",
+    C("LOG-PRODUCERSUB-STAMPED", f"{ML} / Push / docs/protocol.md §2.3",
       "producerSub is the credential's sub: the delivered message and its lookup carry the pusher's sub."),
     C("LOG-PAYLOAD-413-WHOLE", f"{ML} / Push",
       "Over the plan's max payload the whole request is 413 payload_too_large and none of its items is "
       "written."),
     # ---------------------------------------------------------------- message log: pop (README / Message log, protocol §2.4)
-    C("LOG-POP-204", f"{ML} table; docs/protocol.md §2.4",
+    C("LOG-POP-204", f"{ML} table / docs/protocol.md §2.4",
       "A pop that finds nothing answers 204 with no body."),
-    C("LOG-POP-SHAPE", f"{ML} table; docs/protocol.md §2.4",
+    C("LOG-POP-SHAPE", f"{ML} table / docs/protocol.md §2.4",
       "A pop answers 200 {messages, leaseId, partition, partitionId, consumerGroup, ...}; each message carries "
       "id, transactionId, partitionId, data, createdAt, leaseId and deliveryAttempt (1 on first delivery)."),
     C("LOG-POP-FIFO", f"{ML} / Pop",
@@ -347,24 +347,24 @@ CONTRACTS: tuple[C, ...] = (
     C("LOG-POP-BATCH-DEFAULT", f"{ML} / Pop",
       "Without batch a pop hands out at most QUEEN_POP_DEFAULT_BATCH messages (default 200; "
       "--queen-pop-default-batch)."),
-    C("LOG-POP-WAIT-WOKEN", f"{ML} / Pop; docs/protocol.md §2.4",
+    C("LOG-POP-WAIT-WOKEN", f"{ML} / Pop / docs/protocol.md §2.4",
       "wait=true&timeout=ms holds the pop until a message arrives: a push during the wait answers it well "
       "before the timeout."),
-    C("LOG-POP-WAIT-TIMEOUT", f"{ML} / Pop; docs/protocol.md §2.4",
+    C("LOG-POP-WAIT-TIMEOUT", f"{ML} / Pop / docs/protocol.md §2.4",
       "A long poll that nothing wakes answers 204 after its timeout, not before."),
     C("LOG-POP-AUTOACK", f"{ML} / Pop",
       "autoAck=true commits at delivery: no lease (leaseId \"\") and the message is not delivered again."),
     C("LOG-POP-SUB-NEW", f"{ML} / Pop",
       "subscriptionMode=new (or subscriptionFrom=now) on a group's first pop skips the messages already "
       "there and delivers the later ones."),
-    C("LOG-POP-SUB-ALL", f"{ML} / Pop; docs/protocol.md §2.4",
+    C("LOG-POP-SUB-ALL", f"{ML} / Pop / docs/protocol.md §2.4",
       "A new group without subscription parameters starts at the oldest message (mode all)."),
-    C("LOG-POP-PARTITION-ROUTE", f"{ML} table; docs/protocol.md §2.4",
+    C("LOG-POP-PARTITION-ROUTE", f"{ML} table / docs/protocol.md §2.4",
       "GET /api/v1/pop/queue/{q}/partition/{p} pops only partition p."),
     C("LOG-POP-CONFLATION-REFUSED", f"{ML} / Pop",
       "conflation=true is refused: 400 conflation_unsupported."),
     # ---------------------------------------------------------------- message log: ack and leases (README, protocol §2.5/§2.7)
-    C("LOG-ACK-PER-ITEM", f"{ML} table; docs/protocol.md §2.5",
+    C("LOG-ACK-PER-ITEM", f"{ML} table / docs/protocol.md §2.5",
       "POST /api/v1/ack and /ack/batch answer 200 with an array, one {success, error, dlq} per item in order; "
       "a refused item is success: false with an error, never an HTTP error."),
     C("LOG-ACK-COMPLETED", f"{ML} / Ack",
@@ -382,7 +382,7 @@ CONTRACTS: tuple[C, ...] = (
       "An ack without leaseId settles the message for its group (consumerGroup, default queue mode) once that "
       "group has read the partition, unless a live lease covers it (then success: false); other groups are "
       "untouched."),
-    C("LOG-ACK-DLQ-STATUS", f"{ML} / Ack; docs/protocol.md §2.5",
+    C("LOG-ACK-DLQ-STATUS", f"{ML} / Ack / docs/protocol.md §2.5",
       "An ack with status dlq under a live lease files the message in the DLQ with the consumer's error."),
     C("LOG-RETRY-LIMIT-DLQ", f"{ML} / Ack",
       "After retryLimit redeliveries (failure number retryLimit + 1) the message goes to the DLQ with the "
@@ -393,13 +393,13 @@ CONTRACTS: tuple[C, ...] = (
     C("LOG-LEASE-EXPIRY", f"{ML} / Ack",
       "A lease that runs out counts one failure for each message it still covered, and they are delivered "
       "again (deliveryAttempt grown)."),
-    C("LOG-LEASE-EXTEND", f"{ML} / Lease extend; docs/protocol.md §2.7",
+    C("LOG-LEASE-EXTEND", f"{ML} / Lease extend / docs/protocol.md §2.7",
       "POST /api/v1/lease/{id}/extend (no body) answers 200 {leaseId, success: true, renewed, newExpiresAt} "
       "with the lease's end at least now + QUEEN_LEASE_EXTEND_S (60 s), and the lease outlives its leaseTime."),
-    C("LOG-LEASE-EXTEND-GONE", f"{ML} / Lease extend; docs/protocol.md §2.7",
+    C("LOG-LEASE-EXTEND-GONE", f"{ML} / Lease extend / docs/protocol.md §2.7",
       "Extending a lease that is gone answers 200 with success: false."),
     # ---------------------------------------------------------------- message log: DLQ, lookups, configure
-    C("LOG-DLQ-LIST", f"{ML} table; docs/protocol.md §2.8",
+    C("LOG-DLQ-LIST", f"{ML} table / docs/protocol.md §2.8",
       "GET /api/v1/dlq answers {messages, total, limit, offset}, filtered by queue and consumerGroup; each row "
       "carries its transactionId and error."),
     C("LOG-DLQ-REPLAY", f"{ML} / DLQ replay",
@@ -431,7 +431,7 @@ CONTRACTS: tuple[C, ...] = (
     C("LOG-ENCRYPTION-TRANSPARENT", f"{ML} / Encryption at rest",
       "encryptionEnabled: true is either accepted and invisible on the wire (pop, lookup and message get "
       "answer the payload as sent) or refused with 400 encryption_unavailable when the broker has no keys."),
-    C("LOG-TXN-PUSH-ACK", f"{ML} / Transactions; docs/protocol.md §2.6",
+    C("LOG-TXN-PUSH-ACK", f"{ML} / Transactions / docs/protocol.md §2.6",
       "A transaction's pushes and acks apply in one step; results are flat (each pushed item and each ack, "
       "in operation order) and success is true."),
     C("LOG-TXN-REFUSED-200", f"{ML} / Transactions",
@@ -440,10 +440,10 @@ CONTRACTS: tuple[C, ...] = (
     C("LOG-TXN-MALFORMED-400", f"{ML} / Transactions",
       "Malformed transaction input is 400 in the envelope before anything runs."),
     # ---------------------------------------------------------------- edges: every numeric rule at its boundary
-    C("EDGE-TMR-HORIZON-MS", f"{TR} / Status codes; docs/protocol.md §3.4",
+    C("EDGE-TMR-HORIZON-MS", f"{TR} / Status codes / docs/protocol.md §3.4",
       "delayMs equal to the tenant's horizon (read from GET /api/v1/usage plan.timersHorizonMs, else 90 days) "
       "is scheduled; one millisecond more is 403 timer_horizon_exceeded."),
-    C("EDGE-KV-OPS", f"docs/protocol.md §4.4; README / KV",
+    C("EDGE-KV-OPS", "docs/protocol.md §4.4 / README / KV",
       "A KV call of exactly QUEEN_KV_MAX_OPS_PER_CALL ops (256) is applied; one more is 400 and applies nothing."),
     C("EDGE-KV-TXN-OPS", "README / KV",
       "A transaction's kv rider takes 64 ops; 65 is 400 and nothing is applied."),
@@ -452,7 +452,7 @@ CONTRACTS: tuple[C, ...] = (
       "is queued; one byte more is 413 payload_too_large."),
     C("EDGE-TMR-PAYLOAD-BYTES", f"{TR} / Status codes",
       "A timer payload of exactly min(1 MiB, plan max payload) bytes is scheduled; one byte more is 413."),
-    C("EDGE-KV-VALUE-BYTES", f"docs/protocol.md §4.4; README / KV",
+    C("EDGE-KV-VALUE-BYTES", "docs/protocol.md §4.4 / README / KV",
       "A KV value whose JSON is exactly 64 KiB (65536 bytes) is stored; one byte more is 413."),
     C("EDGE-KV-KEY-BYTES", "README / KV",
       "A KV key of exactly 512 UTF-8 bytes is accepted; 513 is refused (4xx) and writes nothing."),
@@ -483,7 +483,7 @@ CONTRACTS: tuple[C, ...] = (
     C("EDGE-LEASE-EXTEND-S", f"{ML} / Lease extend",
       "An extended lease ends no earlier than now + QUEEN_LEASE_EXTEND_S (60 s, --queen-lease-extend-s) and "
       "not later than that plus a few seconds."),
-    C("EDGE-RETRY-AFTER", "README / Plans and degradation rungs; README / Errors",
+    C("EDGE-RETRY-AFTER", "README / Plans and degradation rungs / README / Errors",
       "Retry-After is whole seconds: rate_limited at 1 message/s says exactly 1 (the bucket holds one second "
       "of rate), quota_exceeded says the seconds until the period resets (within 2 s, by the answer's Date)."),
     # ---------------------------------------------------------------- a deployment: several brokers on one database
@@ -496,7 +496,7 @@ CONTRACTS: tuple[C, ...] = (
       "A push on one broker wakes a long poll waiting on another (well before its timeout)."),
     C("XB-TIMER-CROSS", "README / Multiple brokers on one database",
       "A timer scheduled on one broker is peeked, listed and cancelled on another; the cancel holds everywhere."),
-    C("XB-TOO-LATE", "README / Multiple brokers on one database; docs/timer-routes.md / too_late is a verdict, not a failure",
+    C("XB-TOO-LATE", "README / Multiple brokers on one database / docs/timer-routes.md / too_late is a verdict, not a failure",
       "A claim held by one deployment's sweeper is seen as too_late by a cancel sent to any broker."),
     # ---------------------------------------------------------------- KV (docs/protocol.md §4)
     C("KV-INDEX-ALIGNED", "docs/protocol.md §4.1/§4.3",
