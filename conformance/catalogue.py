@@ -14,6 +14,12 @@ Sources:
   LIM  = docs/decisions.md §4: plans, quotas and the degradation rungs; docs/protocol.md §3.4/§4.4/§7.
   ENV  = the envelope and status-code rules (broker/errors.py, docs/protocol.md §1.7).
   P3   = docs/protocol.md §3 (timer wire details not spelled out in the spec).
+  LOG  = the README's "Message log" section and docs/protocol.md §2 (push, pop, ack, leases, DLQ, lookups,
+         configure, retention, encryption as the wire sees it, transactions of pushes and acks).
+  EDGE = every numeric rule at its exact boundary (the allowed value passes, the next one is refused);
+         edges the target states (horizon, max payload) are read from GET /api/v1/usage.
+  XB   = the README's "Multiple brokers on one database": contracts that need two --url of one deployment
+         (NOT VERIFIED with one).
 
 ``queen conformance --list`` prints every id with its sentence and the tests that check it.
 """
@@ -31,6 +37,7 @@ class C:
 
 
 TR = "docs/timer-routes.md"
+ML = "README / Message log"
 
 CONTRACTS: tuple[C, ...] = (
     # ---------------------------------------------------------------- timer spec: The routes
@@ -291,6 +298,206 @@ CONTRACTS: tuple[C, ...] = (
     C("LOG-OWNED-FIELDS", "docs/decisions.md §1 / docs/protocol.md §2.3",
       "A push item carrying producerSub, messageId, tenant or an underscore-prefixed field is a 400 (the "
       "broker stamps producerSub from the credential); nothing is pushed."),
+    # ---------------------------------------------------------------- message log: push (README / Message log, protocol §2.3)
+    C("LOG-PUSH-ARRAY", f"{ML} / Push / docs/protocol.md §2.3",
+      "POST /api/v1/push answers 201 with a JSON array, one object per item in item order: results[i] answers "
+      "items[i] and carries index i, message_id, transaction_id, partition_id, queueName and status."),
+    C("LOG-PUSH-QUEUED", "docs/protocol.md §2.3",
+      "A new (partition, transactionId) answers status queued and is delivered with the payload as sent."),
+    C("LOG-PUSH-EMPTY", "docs/protocol.md §2.3",
+      "An empty items array answers 201 [] and writes nothing."),
+    C("LOG-PUSH-DEDUPE", f"{ML} / Push",
+      "Dedupe is per (partition, transactionId) across calls: a repeat answers duplicate carrying the first "
+      "message's id, and the log holds one message."),
+    C("LOG-PUSH-DEDUPE-IN-REQUEST", f"{ML} / Push / docs/protocol.md §2.3",
+      "Repeats inside one request are deduplicated too: the second answers duplicate with the first's "
+      "message id, and one message is delivered."),
+    C("LOG-PUSH-DEDUPE-PER-PARTITION", f"{ML} / Push",
+      "The dedupe key includes the partition: the same transactionId on another partition is another "
+      "message (queued, delivered)."),
+    C("LOG-PUSH-TXN-MINTED", f"{ML} / Push",
+      "The broker mints message ids and a missing transactionId (equal to the message id)."),
+    C("LOG-PUSH-ANY-JSON", f"{ML} / Push",
+      "payload is any JSON, null included, and is delivered as sent."),
+    C("LOG-PUSH-UNKNOWN-FIELD", f"{ML} / Push",
+      "An item with an unknown key is 400 and nothing of the request is written (not even its valid items)."),
+    C("LOG-PRODUCERSUB-STAMPED", f"{ML} / Push / docs/protocol.md §2.3",
+      "producerSub is the credential's sub: the delivered message and its lookup carry the pusher's sub."),
+    C("LOG-PAYLOAD-413-WHOLE", f"{ML} / Push",
+      "Over the plan's max payload the whole request is 413 payload_too_large and none of its items is "
+      "written."),
+    # ---------------------------------------------------------------- message log: pop (README / Message log, protocol §2.4)
+    C("LOG-POP-204", f"{ML} table / docs/protocol.md §2.4",
+      "A pop that finds nothing answers 204 with no body."),
+    C("LOG-POP-SHAPE", f"{ML} table / docs/protocol.md §2.4",
+      "A pop answers 200 {messages, leaseId, partition, partitionId, consumerGroup, ...}; each message carries "
+      "id, transactionId, partitionId, data, createdAt, leaseId and deliveryAttempt (1 on first delivery)."),
+    C("LOG-POP-FIFO", f"{ML} / Pop",
+      "Pop is FIFO per partition: messages come in the order they were pushed."),
+    C("LOG-POP-ONE-LEASE", f"{ML} / Pop",
+      "One lease per (partition, group): a partition being worked on is not handed to anyone else of that "
+      "group until its lease ends or everything under it is acked."),
+    C("LOG-POP-QUEUE-MODE", f"{ML} / Pop",
+      "No group is queue mode (competing consumers): a message taken by one consumer is not handed to "
+      "another."),
+    C("LOG-POP-GROUPS-SEE-ALL", f"{ML} / Pop",
+      "Each consumer group sees every message, independently of the other groups and of queue mode."),
+    C("LOG-POP-BATCH", f"{ML} / Pop",
+      "batch caps the number of messages one pop hands out (batch=N of more than N gives exactly N)."),
+    C("LOG-POP-BATCH-DEFAULT", f"{ML} / Pop",
+      "Without batch a pop hands out at most QUEEN_POP_DEFAULT_BATCH messages (default 200; "
+      "--queen-pop-default-batch)."),
+    C("LOG-POP-WAIT-WOKEN", f"{ML} / Pop / docs/protocol.md §2.4",
+      "wait=true&timeout=ms holds the pop until a message arrives: a push during the wait answers it well "
+      "before the timeout."),
+    C("LOG-POP-WAIT-TIMEOUT", f"{ML} / Pop / docs/protocol.md §2.4",
+      "A long poll that nothing wakes answers 204 after its timeout, not before."),
+    C("LOG-POP-AUTOACK", f"{ML} / Pop",
+      "autoAck=true commits at delivery: no lease (leaseId \"\") and the message is not delivered again."),
+    C("LOG-POP-SUB-NEW", f"{ML} / Pop",
+      "subscriptionMode=new (or subscriptionFrom=now) on a group's first pop skips the messages already "
+      "there and delivers the later ones."),
+    C("LOG-POP-SUB-ALL", f"{ML} / Pop / docs/protocol.md §2.4",
+      "A new group without subscription parameters starts at the oldest message (mode all)."),
+    C("LOG-POP-PARTITION-ROUTE", f"{ML} table / docs/protocol.md §2.4",
+      "GET /api/v1/pop/queue/{q}/partition/{p} pops only partition p."),
+    C("LOG-POP-CONFLATION-REFUSED", f"{ML} / Pop",
+      "conflation=true is refused: 400 conflation_unsupported."),
+    # ---------------------------------------------------------------- message log: ack and leases (README, protocol §2.5/§2.7)
+    C("LOG-ACK-PER-ITEM", f"{ML} table / docs/protocol.md §2.5",
+      "POST /api/v1/ack and /ack/batch answer 200 with an array, one {success, error, dlq} per item in order; "
+      "a refused item is success: false with an error, never an HTTP error."),
+    C("LOG-ACK-COMPLETED", f"{ML} / Ack",
+      "An ack completed (or success) under the live lease settles the message: it is not delivered again and "
+      "the partition moves on."),
+    C("LOG-ACK-WRONG-LEASE", f"{ML} / Ack",
+      "An ack with a lease someone else now holds answers success: false, error \"Invalid or expired lease\", "
+      "and settles nothing."),
+    C("LOG-ACK-IDEMPOTENT", f"{ML} / Ack",
+      "Acks are idempotent: acking a message already done succeeds again."),
+    C("LOG-ACK-FAILED-REDELIVERS", f"{ML} / Ack",
+      "A nack (failed or retry) releases the partition's lease: the message and what follows it in that "
+      "partition are delivered again with deliveryAttempt grown."),
+    C("LOG-ACK-NO-LEASE", f"{ML} / Ack",
+      "An ack without leaseId settles the message for its group (consumerGroup, default queue mode) once that "
+      "group has read the partition, unless a live lease covers it (then success: false); other groups are "
+      "untouched."),
+    C("LOG-ACK-DLQ-STATUS", f"{ML} / Ack / docs/protocol.md §2.5",
+      "An ack with status dlq under a live lease files the message in the DLQ with the consumer's error."),
+    C("LOG-RETRY-LIMIT-DLQ", f"{ML} / Ack",
+      "After retryLimit redeliveries (failure number retryLimit + 1) the message goes to the DLQ with the "
+      "consumer's error text and is not delivered again."),
+    C("LOG-DLQ-OFF-DROPS", f"{ML} / Ack",
+      "With dlqAfterMaxRetries: false a message past its retry limit is dropped: neither delivered again nor "
+      "in the DLQ."),
+    C("LOG-LEASE-EXPIRY", f"{ML} / Ack",
+      "A lease that runs out counts one failure for each message it still covered, and they are delivered "
+      "again (deliveryAttempt grown)."),
+    C("LOG-LEASE-EXTEND", f"{ML} / Lease extend / docs/protocol.md §2.7",
+      "POST /api/v1/lease/{id}/extend (no body) answers 200 {leaseId, success: true, renewed, newExpiresAt} "
+      "with the lease's end at least now + QUEEN_LEASE_EXTEND_S (60 s), and the lease outlives its leaseTime."),
+    C("LOG-LEASE-EXTEND-GONE", f"{ML} / Lease extend / docs/protocol.md §2.7",
+      "Extending a lease that is gone answers 200 with success: false."),
+    # ---------------------------------------------------------------- message log: DLQ, lookups, configure
+    C("LOG-DLQ-LIST", f"{ML} table / docs/protocol.md §2.8",
+      "GET /api/v1/dlq answers {messages, total, limit, offset}, filtered by queue and consumerGroup; each row "
+      "carries its transactionId and error."),
+    C("LOG-DLQ-REPLAY", f"{ML} / DLQ replay",
+      "Replay writes a NEW message in the same queue and partition with transaction id "
+      "<original txn>:replay:<dlq id> and the original payload, and deletes the DLQ row."),
+    C("LOG-DLQ-REPLAY-IDEMPOTENT", f"{ML} / DLQ replay",
+      "Replaying the same row again changes nothing: the derived transaction id deduplicates (one replayed "
+      "message; the second call is 409 or answers the same message)."),
+    C("LOG-LOOKUP", f"{ML} table",
+      "GET /api/v1/messages/lookup finds a message by (queue, txn): {found: true, queue, partition, "
+      "partitionId, messageId, transactionId, producerSub, createdAt}, or {found: false, queue, "
+      "transactionId}."),
+    C("LOG-MESSAGE-GET", f"{ML} table",
+      "GET /api/v1/messages/{partitionId}/{transactionId} answers the message with its payload; a miss is "
+      "404 message_not_found."),
+    C("LOG-CONFIGURE", f"{ML} / Configure",
+      "POST /api/v1/configure answers {configured: true, queue, options}; an unknown option key is 400 "
+      "unknown_option naming it; a queue nobody configured is created by its first push (retry limit 3, "
+      "lease 300 s)."),
+    C("LOG-TENANT-ISOLATION", f"{ML} (opening)",
+      "Another tenant's queue, message, lease or DLQ row does not exist for you: its pop answers 204, its "
+      "lookup misses, its DLQ list is empty, its ack with your lease settles nothing."),
+    C("LOG-RETENTION", f"{ML} / Retention",
+      "retentionSeconds: N deletes a message N seconds after it was written, consumed or not (it is gone "
+      "from lookups and pops), while a queue without retention keeps it."),
+    C("LOG-COMPLETED-RETENTION", f"{ML} / Retention",
+      "completedRetentionSeconds: N deletes a message once every group has it done and it is N seconds old; "
+      "a message not yet done is kept."),
+    C("LOG-ENCRYPTION-TRANSPARENT", f"{ML} / Encryption at rest",
+      "encryptionEnabled: true is either accepted and invisible on the wire (pop, lookup and message get "
+      "answer the payload as sent) or refused with 400 encryption_unavailable when the broker has no keys."),
+    C("LOG-TXN-PUSH-ACK", f"{ML} / Transactions / docs/protocol.md §2.6",
+      "A transaction's pushes and acks apply in one step; results are flat (each pushed item and each ack, "
+      "in operation order) and success is true."),
+    C("LOG-TXN-REFUSED-200", f"{ML} / Transactions",
+      "A bundle whose ack is refused answers 200 {success: false, error, reason: ack_refused | lease_invalid, "
+      "failedIndex, results: []} and applies none of its pushes or acks."),
+    C("LOG-TXN-MALFORMED-400", f"{ML} / Transactions",
+      "Malformed transaction input is 400 in the envelope before anything runs."),
+    # ---------------------------------------------------------------- edges: every numeric rule at its boundary
+    C("EDGE-TMR-HORIZON-MS", f"{TR} / Status codes / docs/protocol.md §3.4",
+      "delayMs equal to the tenant's horizon (read from GET /api/v1/usage plan.timersHorizonMs, else 90 days) "
+      "is scheduled; one millisecond more is 403 timer_horizon_exceeded."),
+    C("EDGE-KV-OPS", "docs/protocol.md §4.4 / README / KV",
+      "A KV call of exactly QUEEN_KV_MAX_OPS_PER_CALL ops (256) is applied; one more is 400 and applies nothing."),
+    C("EDGE-KV-TXN-OPS", "README / KV",
+      "A transaction's kv rider takes 64 ops; 65 is 400 and nothing is applied."),
+    C("EDGE-LOG-PAYLOAD-BYTES", f"{ML} / Push",
+      "A push payload whose JSON is exactly the plan's max payload bytes (plan.maxPayloadBytes, default 1 MiB) "
+      "is queued; one byte more is 413 payload_too_large."),
+    C("EDGE-TMR-PAYLOAD-BYTES", f"{TR} / Status codes",
+      "A timer payload of exactly min(1 MiB, plan max payload) bytes is scheduled; one byte more is 413."),
+    C("EDGE-KV-VALUE-BYTES", "docs/protocol.md §4.4 / README / KV",
+      "A KV value whose JSON is exactly 64 KiB (65536 bytes) is stored; one byte more is 413."),
+    C("EDGE-KV-KEY-BYTES", "README / KV",
+      "A KV key of exactly 512 UTF-8 bytes is accepted; 513 is refused (4xx) and writes nothing."),
+    C("EDGE-KV-NAMESPACE", "README / KV",
+      "A namespace of 64 characters matching ^[a-z0-9][a-z0-9._-]{0,63}$ is accepted; 65 is 400."),
+    C("EDGE-LOG-NAME-LENGTH", f"{ML} / Push",
+      "Queue and partition names of 256 characters are accepted by push; 257 is 400 and writes nothing."),
+    C("EDGE-LOG-TXN-LENGTH", f"{ML} / Push",
+      "A push transactionId of 512 characters is accepted; 513 is 400."),
+    C("EDGE-TMR-NAME-LENGTH", "docs/protocol.md §3.4",
+      "A timer queue of 256 characters and a timerKey of 1024 are scheduled; 257 and 1025 are 400."),
+    C("EDGE-PUSH-ITEMS", f"{ML} / Push",
+      "A push of 10000 items is accepted; 10001 is 400 too_many_items and writes nothing."),
+    C("EDGE-TMR-LIST-CLAMP", f"{TR} / Peek and list",
+      "The timer list limit is clamped to 1..1000: limit=1000 and limit=1001 both answer 1000 rows, limit=0 "
+      "answers 1."),
+    C("EDGE-KV-PREFIX-CLAMP", "README / KV",
+      "getPrefix limit is clamped to 1..1000: limit=1001 answers 1000 rows (truncated), limit=0 answers 1."),
+    C("EDGE-DLQ-LIMIT-CLAMP", f"{ML} table",
+      "The DLQ list limit is clamped to 1..1000 (the answer's limit says 1000 for 1001 and 1 for 0), never "
+      "refused."),
+    C("EDGE-KV-TTL", "docs/protocol.md §4.2",
+      "ttlSeconds 1 is accepted and 0 refused; the upper bound, 100 years (3153600000 s), is accepted and one "
+      "second more refused."),
+    C("EDGE-DEADLINE-MS", f"{ML} / Push",
+      "deadlineMs 1 is accepted (and 0 refused); 7 days (604800000 ms) is accepted, one millisecond more is "
+      "400."),
+    C("EDGE-LEASE-EXTEND-S", f"{ML} / Lease extend",
+      "An extended lease ends no earlier than now + QUEEN_LEASE_EXTEND_S (60 s, --queen-lease-extend-s) and "
+      "not later than that plus a few seconds."),
+    C("EDGE-RETRY-AFTER", "README / Plans and degradation rungs / README / Errors",
+      "Retry-After is whole seconds: rate_limited at 1 message/s says exactly 1 (the bucket holds one second "
+      "of rate), quota_exceeded says the seconds until the period resets (within 2 s, by the answer's Date)."),
+    # ---------------------------------------------------------------- a deployment: several brokers on one database
+    C("XB-PUSH-POP", "README / Multiple brokers on one database",
+      "A message pushed on one broker is popped, acked and deduplicated on another of the same deployment."),
+    C("XB-LEASE-SHARED", "README / Multiple brokers on one database",
+      "A lease taken on one broker holds on every broker: another broker hands that partition to nobody else "
+      "of the group, and acks under the lease there."),
+    C("XB-LONG-POLL-WAKE", "README / Multiple brokers on one database",
+      "A push on one broker wakes a long poll waiting on another (well before its timeout)."),
+    C("XB-TIMER-CROSS", "README / Multiple brokers on one database",
+      "A timer scheduled on one broker is peeked, listed and cancelled on another; the cancel holds everywhere."),
+    C("XB-TOO-LATE", "README / Multiple brokers on one database / docs/timer-routes.md / too_late is a verdict, not a failure",
+      "A claim held by one deployment's sweeper is seen as too_late by a cancel sent to any broker."),
     # ---------------------------------------------------------------- KV (docs/protocol.md §4)
     C("KV-INDEX-ALIGNED", "docs/protocol.md §4.1/§4.3",
       "POST /api/v1/kv answers {results: [...]} index-aligned; every element carries index and op."),
@@ -416,4 +623,37 @@ INFORMATIVE: tuple[tuple[str, str], ...] = (
      "rationale for TMR-PAYLOAD-CEILING"),
     ("The reason is structural rather than commercial ... never crosses the gateway ...", "rationale for metering"),
     ("... the frame never had a consumer group, its offset is not a position ...", "rationale for TMR-DLQ-REPLAY-REFUSED"),
+)
+
+# Sentences of the README's "Message log" section that carry no id, and why (same audit as above).
+INFORMATIVE_LOG: tuple[tuple[str, str], ...] = (
+    ("Code: broker/log/ ..., sql/migrations/0010-0016_log_*.sql ...", "where our code lives, not wire behaviour"),
+    ("Configure ... the others are validated and stored but not acted on.",
+     "stored-not-enforced options have no behaviour to catch; LOG-CONFIGURE checks the option set"),
+    ("DELETE /api/v1/resources/queues/{queue} ... 404 queue_not_found", "needs the admin grant on tenant A's "
+     "queues; deleting is destructive for a shared target (kept out of the suite)"),
+    ("partitions (how many partitions one pop may claim, default 1, all under one leaseId)",
+     "not yet catalogued: a multi-partition pop's shared lease"),
+    ("other unknown parameters (autopilot, frames, ...) are ignored", "tolerance, not a promise a client relies on"),
+    ("... (queen_messages_expired_total) ...", "metric names: the metrics surface is not part of the wire contract"),
+    ("One queen_push call per request; offsets are gapless per partition and commit in offset order.",
+     "implementation; the visible part (FIFO) is LOG-POP-FIFO"),
+    ("Only the head of a partition is deleted ... a cursor below the floor moves up to it ...",
+     "needs retention racing consumers at known offsets; the visible part is LOG-RETENTION / LOG-COMPLETED-RETENTION"),
+    ("Each worker runs a supervised log-retention loop ... QUEEN_LOG_RETENTION_INTERVAL_MS ...",
+     "operator settings (the suite waits up to --queen-fire-timeout for a pass)"),
+    ("Deleted bytes leave the tenant's storage gauge ...", "metering detail; storage quota rungs are LIM-STORAGE-QUOTA"),
+    ("To rotate: put the new key first and keep the old ones ... restart the brokers",
+     "needs restarting the brokers with another key ring: out of reach over HTTP"),
+    ("A message whose key is gone is still delivered ... undecryptable: true ...",
+     "needs a key removed from the ring: out of reach over HTTP (the broker's own tests cover it)"),
+    ("A queue switched to encryption is honoured by every worker at once ...",
+     "a race between workers; not observable deterministically from outside"),
+    ("Compression: payloads of at least QUEEN_ZSTD_THRESHOLD_BYTES are stored zstd-compressed ... transparently.",
+     "invisible on the wire by design; LOG-PUSH-ANY-JSON and EDGE-LOG-PAYLOAD-BYTES round-trip large payloads"),
+    ("Long polls and NOTIFY: ... advisory-lock handshake ... At drain, waiting polls answer 204 at once.",
+     "mechanism; the wake-ups are LOG-POP-WAIT-WOKEN and XB-LONG-POLL-WAKE; drain needs stopping the broker"),
+    ("Push cost: ... fast path ...", "performance, not behaviour (same answers)"),
+    ("Metrics: queen_messages_pushed_total{source} ...", "metric names"),
+    ("Bench: ...", "tooling"),
 )

@@ -215,6 +215,43 @@ class Api:
         assert isinstance(data, dict) and isinstance(data.get("messages"), list), data
         return data["messages"]
 
+    def push_items(self, items: list[dict[str, Any]]) -> httpx.Response:
+        return self.http.post("/api/v1/push", json={"items": items})
+
+    def pop_raw(self, queue: str, *, partition: str | None = None, timeout_s: float = 30.0,
+                **params: Any) -> httpx.Response:
+        """A pop with exactly the query parameters given (values sent as strings; True -> 'true')."""
+        path = f"/api/v1/pop/queue/{quote(queue, safe='')}"
+        if partition is not None:
+            path += f"/partition/{quote(partition, safe='')}"
+        q = {k: ("true" if v is True else "false" if v is False else str(v)) for k, v in params.items()}
+        return self.http.get(path, params=q, timeout=timeout_s)
+
+    def pop_leased(self, queue: str, *, group: str | None = None, batch: int = 100, **params: Any) -> dict[str, Any] | None:
+        """A non-waiting pop under a lease: the answer, or None on 204."""
+        if group is not None:
+            params["consumerGroup"] = group
+        resp = self.pop_raw(queue, batch=batch, wait=False, **params)
+        if resp.status_code == 204:
+            return None
+        data = expect(resp, 200)
+        assert isinstance(data, dict) and isinstance(data.get("messages"), list), data
+        return data
+
+    def ack(self, msg: dict[str, Any], *, status: str = "completed", lease: str | None = "", group: str | None = None,
+            error: str | None = None) -> dict[str, Any]:
+        """Ack one popped message (its own lease unless ``lease`` is given; None = no leaseId); the element."""
+        body: dict[str, Any] = {"transactionId": msg["transactionId"], "partitionId": msg["partitionId"],
+                                "status": status, "error": error}
+        lease_id = msg.get("leaseId") if lease == "" else lease
+        if lease_id:
+            body["leaseId"] = lease_id
+        if group is not None:
+            body["consumerGroup"] = group
+        data = expect(self.http.post("/api/v1/ack", json=body), 200)
+        assert isinstance(data, list) and len(data) == 1 and isinstance(data[0], dict), data
+        return data[0]
+
     # ----------------------------------------------------------------- kv, usage
     def kv(self, ops: list[dict[str, Any]]) -> httpx.Response:
         return self.http.post("/api/v1/kv", json={"operations": ops})

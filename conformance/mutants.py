@@ -84,6 +84,11 @@ class Mutant:
     on_request: RequestHook | None = None
     on_response: ResponseHook | None = None
     state: dict[str, Any] = field(default_factory=dict)
+    # True: the proxy stands in front of the deployment's SECOND broker only (the suite gets the first broker
+    # directly and the proxy as the second --url): a bug one broker of a deployment has, the others not.
+    second_only: bool = False
+    # extra arguments for the suite's run (e.g. a shorter --fire-timeout where the bug shows as a wait)
+    suite_args: tuple[str, ...] = ()
 
 
 def _is_timer_item(path: str) -> bool:
@@ -399,6 +404,226 @@ def producer_sub_rewritten(req: Req, resp: Resp, st: dict[str, Any]) -> Resp:
     return resp
 
 
+# ------------------------------------------------------------------------------------------ message log bugs
+
+PUSH = "/api/v1/push"
+POP = "/api/v1/pop/"
+DAY_MS = 86_400_000
+
+
+def _is_ack(path: str) -> bool:
+    return path in ("/api/v1/ack", "/api/v1/ack/batch")
+
+
+def _set_query(req: Req, query: dict[str, str]) -> None:
+    from urllib.parse import urlencode
+
+    req.query = query
+    req.raw_query = urlencode(query)
+
+
+def push_duplicate_queued(req: Req, resp: Resp, st: dict[str, Any]) -> Resp:
+    """Dedupe lost: a repeated (partition, transactionId) is answered (and counted) as a new message."""
+    data = resp.json()
+    if req.path == PUSH and isinstance(data, list):
+        for r in data:
+            if isinstance(r, dict) and r.get("status") == "duplicate":
+                r.update(status="queued", message_id=str(uuid.uuid4()))
+        resp.set_json(data)
+    return resp
+
+
+def push_results_reversed(req: Req, resp: Resp, st: dict[str, Any]) -> Resp:
+    """The push answer in completion order rather than item order."""
+    data = resp.json()
+    if req.path == PUSH and isinstance(data, list) and len(data) > 1:
+        data.reverse()
+        resp.set_json(data)
+    return resp
+
+
+def push_unknown_field_dropped(req: Req, st: dict[str, Any]) -> Req:
+    """Unknown push item keys silently dropped instead of refused."""
+    data = req.json()
+    known = {"queue", "partition", "payload", "transactionId", "traceId", "deadlineMs"}
+    if req.method == "POST" and req.path == PUSH and isinstance(data, dict) and isinstance(data.get("items"), list):
+        for it in data["items"]:
+            if isinstance(it, dict):
+                for k in [k for k in it if k not in known and k not in OWNED and not k.startswith("_")]:
+                    del it[k]
+        req.set_json(data)
+    return req
+
+
+def pop_empty_200(req: Req, resp: Resp, st: dict[str, Any]) -> Resp:
+    if req.path.startswith(POP) and resp.status == 204:
+        return Resp(200, {"Content-Type": "application/json"}, b'{"messages": []}')
+    return resp
+
+
+def pop_query_dropped(param: str) -> RequestHook:
+    def hook(req: Req, st: dict[str, Any]) -> Req:
+        if req.method == "GET" and req.path.startswith(POP) and param in req.query:
+            _set_query(req, {k: v for k, v in req.query.items() if k != param})
+        return req
+    return hook
+
+
+def pop_wait_ignored(req: Req, st: dict[str, Any]) -> Req:
+    if req.method == "GET" and req.path.startswith(POP) and req.query.get("wait") == "true":
+        _set_query(req, {**req.query, "wait": "false"})
+    return req
+
+
+def ack_refusal_409(req: Req, resp: Resp, st: dict[str, Any]) -> Resp:
+    """A refused ack answered as an HTTP error instead of a per-item success: false."""
+    data = resp.json()
+    if _is_ack(req.path) and isinstance(data, list) and any(isinstance(r, dict) and r.get("success") is False for r in data):
+        return error(409, "conflict", "lease_invalid", "Invalid or expired lease")
+    return resp
+
+
+def ack_lease_unchecked(req: Req, resp: Resp, st: dict[str, Any]) -> Resp:
+    """The lease is not checked: an ack under a wrong or expired lease reports success."""
+    data = resp.json()
+    if _is_ack(req.path) and isinstance(data, list):
+        for r in data:
+            if isinstance(r, dict) and r.get("error") == "Invalid or expired lease":
+                r.update(success=True, error=None)
+        resp.set_json(data)
+    return resp
+
+
+def delivery_attempt_stuck(req: Req, resp: Resp, st: dict[str, Any]) -> Resp:
+    data = resp.json()
+    if req.path.startswith(POP) and isinstance(data, dict):
+        for m in data.get("messages") or []:
+            if isinstance(m, dict) and "deliveryAttempt" in m:
+                m["deliveryAttempt"] = 1
+        resp.set_json(data)
+    return resp
+
+
+def nack_completes(req: Req, st: dict[str, Any]) -> Req:
+    """failed / retry settled as completed: a nack never redelivers."""
+    data = req.json()
+    if req.method == "POST" and _is_ack(req.path) and isinstance(data, dict):
+        items = data.get("acknowledgments") if req.path.endswith("/batch") else [data]
+        for it in items or []:
+            if isinstance(it, dict) and it.get("status") in ("failed", "retry", False):
+                it["status"] = "completed"
+        req.set_json(data)
+    return req
+
+
+def lease_extend_fake(req: Req, st: dict[str, Any]) -> Req | Resp:
+    """Extend answered from the proxy: success with a new expiry, the lease itself untouched."""
+    if req.method == "POST" and req.path.startswith("/api/v1/lease/") and req.path.endswith("/extend"):
+        lease = req.path[len("/api/v1/lease/"):-len("/extend")]
+        until = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=60)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return Resp(200, {"Content-Type": "application/json"}, json.dumps(
+            {"leaseId": lease, "success": True, "renewed": 1, "newExpiresAt": until, "expiresAt": until,
+             "lease_expires_at": until}).encode())
+    return req
+
+
+def dlq_group_filter_ignored(req: Req, st: dict[str, Any]) -> Req:
+    if req.method == "GET" and req.path == "/api/v1/dlq" and "consumerGroup" in req.query:
+        _set_query(req, {k: v for k, v in req.query.items() if k != "consumerGroup"})
+    return req
+
+
+def lookup_miss_404(req: Req, resp: Resp, st: dict[str, Any]) -> Resp:
+    data = resp.json()
+    if req.path == "/api/v1/messages/lookup" and isinstance(data, dict) and data.get("found") is False:
+        return error(404, "message_not_found", "message_not_found", "no such message")
+    return resp
+
+
+def retention_ignored(req: Req, st: dict[str, Any]) -> Req:
+    """The retention options accepted and stored nowhere."""
+    data = req.json()
+    if req.method == "POST" and req.path == "/api/v1/configure" and isinstance(data, dict) \
+            and isinstance(data.get("options"), dict):
+        for k in ("retentionSeconds", "completedRetentionSeconds"):
+            data["options"].pop(k, None)
+        req.set_json(data)
+    return req
+
+
+def group_namespaced_per_broker(req: Req, st: dict[str, Any]) -> Req:
+    """Leases kept per broker process: this broker's consumer groups are not the deployment's."""
+    if req.method == "GET" and req.path.startswith(POP):
+        _set_query(req, {**req.query, "consumerGroup": req.query.get("consumerGroup", "__QUEUE_MODE__") + "@b2"})
+    data = req.json()
+    if req.method == "POST" and _is_ack(req.path) and isinstance(data, dict):
+        items = data.get("acknowledgments") if req.path.endswith("/batch") else [data]
+        for it in items or []:
+            if isinstance(it, dict):
+                it["consumerGroup"] = (it.get("consumerGroup") or "__QUEUE_MODE__") + "@b2"
+        req.set_json(data)
+    if req.method == "POST" and req.path.startswith("/api/v1/lease/"):
+        return Resp(200, {"Content-Type": "application/json"},
+                    b'{"success": false, "renewed": 0, "error": "Invalid or expired lease"}')
+    return req
+
+
+# ------------------------------------------------------------------------------------------ edges off by one
+
+
+def _refuse_at(pred: Callable[[Req, Any], bool], resp: Resp) -> RequestHook:
+    def hook(req: Req, st: dict[str, Any]) -> Req | Resp:
+        data = req.json()
+        if pred(req, data):
+            return Resp(resp.status, dict(resp.headers), resp.body)
+        return req
+    return hook
+
+
+def _push_items(req: Req, data: Any) -> list[dict[str, Any]]:
+    if req.method == "POST" and req.path == PUSH and isinstance(data, dict) and isinstance(data.get("items"), list):
+        return [i for i in data["items"] if isinstance(i, dict)]
+    return []
+
+
+def _timer_ops(req: Req, data: Any) -> list[dict[str, Any]]:
+    if req.method == "POST" and req.path == TIMERS and isinstance(data, dict) and isinstance(data.get("operations"), list):
+        return [o for o in data["operations"] if isinstance(o, dict)]
+    return []
+
+
+def _kv_ops(req: Req, data: Any) -> list[dict[str, Any]]:
+    if req.method == "POST" and req.path == "/api/v1/kv" and isinstance(data, dict) and isinstance(data.get("operations"), list):
+        return [o for o in data["operations"] if isinstance(o, dict)]
+    return []
+
+
+def _json_len(v: Any) -> int:
+    return len(json.dumps(v, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def list_clamp_999(req: Req, st: dict[str, Any]) -> Req:
+    if req.method == "GET" and _is_timer_list(req.path) and "limit" in req.query:
+        try:
+            n = int(req.query["limit"])
+        except ValueError:
+            return req
+        if n >= 1000:
+            _set_query(req, {**req.query, "limit": "999"})
+    return req
+
+
+def dlq_limit_rejected(req: Req, st: dict[str, Any]) -> Req | Resp:
+    if req.method == "GET" and req.path == "/api/v1/dlq" and "limit" in req.query:
+        try:
+            n = int(req.query["limit"])
+        except ValueError:
+            n = -1
+        if not 1 <= n <= 1000:
+            return error(400, "bad_request", "bad_limit", "limit must be between 1 and 1000")
+    return req
+
+
 MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("absent-ok-true", ("TMR-ABSENT-OK-FALSE",), "absent answered with ok: true", on_response=absent_ok_true),
     Mutant("hint-dropped", ("TMR-BLOCKED-HINT",), "the x-queen-timers-hint header is dropped", on_response=hint_dropped),
@@ -449,6 +674,69 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
            on_response=producer_sub_rewritten),
     Mutant("kv-delete-absent-404", ("KV-DELETE-ABSENT-200",), "a delete of a missing key answered 404",
            on_response=kv_delete_absent_404),
+    # ---- the message log
+    Mutant("push-dedupe-lost", ("LOG-PUSH-DEDUPE", "LOG-PUSH-DEDUPE-IN-REQUEST"),
+           "a repeated (partition, transactionId) answered queued with a new id", on_response=push_duplicate_queued),
+    Mutant("push-results-unaligned", ("LOG-PUSH-ARRAY",), "push results in another order than the items",
+           on_response=push_results_reversed),
+    Mutant("push-unknown-field-dropped", ("LOG-PUSH-UNKNOWN-FIELD",), "unknown push item keys silently dropped",
+           on_request=push_unknown_field_dropped),
+    Mutant("pop-empty-200", ("LOG-POP-204",), "an empty pop answered 200 {messages: []} instead of 204",
+           on_response=pop_empty_200),
+    Mutant("pop-lifo", ("LOG-POP-FIFO",), "a pop hands a partition's messages out newest first",
+           on_response=pop_reversed),
+    Mutant("pop-group-ignored", ("LOG-POP-GROUPS-SEE-ALL",), "consumerGroup ignored: every pop is queue mode",
+           on_request=pop_query_dropped("consumerGroup")),
+    Mutant("pop-batch-ignored", ("LOG-POP-BATCH",), "batch ignored: every pop hands out the default batch",
+           on_request=pop_query_dropped("batch")),
+    Mutant("pop-wait-ignored", ("LOG-POP-WAIT-WOKEN", "LOG-POP-WAIT-TIMEOUT"), "wait=true answered at once",
+           on_request=pop_wait_ignored),
+    Mutant("ack-refusal-409", ("LOG-ACK-PER-ITEM", "LOG-ACK-WRONG-LEASE"),
+           "a refused ack answered as HTTP 409 instead of a per-item success: false", on_response=ack_refusal_409),
+    Mutant("ack-lease-unchecked", ("LOG-ACK-WRONG-LEASE",), "an ack under a wrong or expired lease reports success",
+           on_response=ack_lease_unchecked),
+    Mutant("delivery-attempt-stuck", ("LOG-ACK-FAILED-REDELIVERS", "LOG-LEASE-EXPIRY"),
+           "deliveryAttempt never grows", on_response=delivery_attempt_stuck),
+    Mutant("nack-completes", ("LOG-ACK-FAILED-REDELIVERS", "LOG-RETRY-LIMIT-DLQ"),
+           "a nack (failed/retry) settles the message like completed", on_request=nack_completes),
+    Mutant("lease-extend-fake", ("LOG-LEASE-EXTEND", "LOG-LEASE-EXTEND-GONE"),
+           "extend answers success without extending anything", on_request=lease_extend_fake),
+    Mutant("dlq-group-filter-ignored", ("LOG-DLQ-LIST",), "the DLQ list ignores its consumerGroup filter",
+           on_request=dlq_group_filter_ignored),
+    Mutant("lookup-miss-404", ("LOG-LOOKUP",), "a lookup miss answered 404 instead of {found: false}",
+           on_response=lookup_miss_404),
+    Mutant("retention-ignored", ("LOG-RETENTION", "LOG-COMPLETED-RETENTION"),
+           "retention options accepted but never enforced", on_request=retention_ignored,
+           suite_args=("--fire-timeout", "6")),
+    # ---- edges, off by one
+    Mutant("horizon-off-by-one", ("EDGE-TMR-HORIZON-MS",), "delayMs equal to the 90-day horizon refused (>= for >)",
+           on_request=_refuse_at(lambda r, d: any(isinstance(o.get("delayMs"), int) and o["delayMs"] >= 90 * DAY_MS
+                                                  for o in _timer_ops(r, d)),
+                                 error(403, "timer_horizon_exceeded", "timers_horizon", "beyond the horizon"))),
+    Mutant("log-payload-off-by-one", ("EDGE-LOG-PAYLOAD-BYTES",), "a payload of exactly 1 MiB of JSON refused",
+           on_request=_refuse_at(lambda r, d: any(_json_len(i.get("payload")) >= 1024 * 1024 for i in _push_items(r, d)),
+                                 error(413, "payload_too_large", "payload_too_large", "payload too large"))),
+    Mutant("queue-name-255", ("EDGE-LOG-NAME-LENGTH",), "a 256-character queue name refused on push",
+           on_request=_refuse_at(lambda r, d: any(len(str(i.get("queue"))) >= 256 for i in _push_items(r, d)),
+                                 error(400, "bad_request", "bad_name", "queue name too long"))),
+    Mutant("kv-ops-255", ("EDGE-KV-OPS",), "a KV call of exactly 256 ops refused",
+           on_request=_refuse_at(lambda r, d: len(_kv_ops(r, d)) >= 256,
+                                 error(400, "kv_bad_request", "kv_too_many_ops", "too many ops"))),
+    Mutant("kv-ttl-off-by-one", ("EDGE-KV-TTL",), "ttlSeconds of exactly 100 years refused",
+           on_request=_refuse_at(lambda r, d: any(isinstance(o.get("ttlSeconds"), int) and o["ttlSeconds"] >= 100 * 365 * 86_400
+                                                  for o in _kv_ops(r, d)),
+                                 error(400, "kv_bad_request", "kv_bad_ttl", "ttl out of range"))),
+    Mutant("deadline-off-by-one", ("EDGE-DEADLINE-MS",), "deadlineMs of exactly 7 days refused",
+           on_request=_refuse_at(lambda r, d: any(isinstance(i.get("deadlineMs"), int) and i["deadlineMs"] >= 7 * DAY_MS
+                                                  for i in _push_items(r, d)),
+                                 error(400, "bad_request", "bad_deadline", "deadline out of range"))),
+    Mutant("list-clamp-999", ("EDGE-TMR-LIST-CLAMP",), "the timer list limit clamped to 999", on_request=list_clamp_999),
+    Mutant("dlq-limit-rejected", ("EDGE-DLQ-LIMIT-CLAMP",), "the DLQ list limit rejected instead of clamped",
+           on_request=dlq_limit_rejected),
+    # ---- a deployment
+    Mutant("lease-per-broker", ("XB-LEASE-SHARED",),
+           "one broker of the deployment keeps leases to itself (its consumer groups are not the others')",
+           on_request=group_namespaced_per_broker, second_only=True),
 )}
 
 

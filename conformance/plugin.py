@@ -42,7 +42,10 @@ def cluster_wide(fn: Any) -> Any:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     g = parser.getgroup("queen", "queen conformance")
-    g.addoption("--queen-url", default=os.environ.get("QUEEN_URL"), help="base URL of the broker under test")
+    g.addoption("--queen-url", action="append", default=[],
+                help="base URL of a broker under test; repeat it for several brokers of one deployment (one "
+                     "database): calls are then spread over them and the cross-broker contracts run "
+                     "(default $QUEEN_URL, comma-separated)")
     g.addoption("--queen-token", default=os.environ.get("QUEEN_TOKEN"), help="bearer token of tenant A")
     g.addoption("--queen-token-b", default=os.environ.get("QUEEN_TOKEN_B"),
                 help="bearer token of a second tenant B (isolation contracts)")
@@ -62,6 +65,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="seconds to wait for a timer to fire / land in the DLQ (default 20)")
     g.addoption("--queen-lag-budget-ms", type=float, default=1000.0,
                 help="fire lag accepted for TMR-FIRE-LAG (default 1000 ms: loose, shared machines)")
+    g.addoption("--queen-allow-cluster-changes", action="store_true", default=False,
+                help="run the contracts that change operator state (cluster suspension, sweeper pause, the "
+                     "scheduling switch, tenant plans and pauses); without it they are NOT VERIFIED, so a run "
+                     "against a shared staging cell cannot disturb its other tenants")
+    g.addoption("--queen-pop-default-batch", type=int, default=200,
+                help="the target's QUEEN_POP_DEFAULT_BATCH, for LOG-POP-BATCH-DEFAULT (default 200)")
+    g.addoption("--queen-lease-extend-s", type=float, default=60.0,
+                help="the target's QUEEN_LEASE_EXTEND_S, for the lease extend contracts (default 60)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -105,10 +116,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     config = session.config
-    if not config.getoption("--queen-url") and not config.getoption("--collect-only") and any(
+    if not target_urls(config) and not config.getoption("--collect-only") and any(
             "target" in getattr(item, "fixturenames", ()) for item in session.items):
         raise pytest.UsageError(
             "the conformance suite needs --queen-url URL (or run `queen conformance`, which can start a broker)")
+
+
+def target_urls(config: pytest.Config) -> list[str]:
+    """The brokers under test: every --queen-url, else $QUEEN_URL (comma-separated)."""
+    urls = list(config.getoption("--queen-url") or [])
+    if not urls and os.environ.get("QUEEN_URL"):
+        urls = [u for u in os.environ["QUEEN_URL"].split(",") if u.strip()]
+    return [u.strip().rstrip("/") for u in urls]
 
 
 def _test_functions() -> Iterator[tuple[str, str, Any]]:
@@ -284,16 +303,38 @@ def _claims(token: str | None) -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def target(pytestconfig: pytest.Config) -> Iterator[Target]:
-    url = pytestconfig.getoption("--queen-url")
-    if not url:
+    urls = target_urls(pytestconfig)
+    if not urls:
         raise pytest.UsageError("the conformance suite needs --queen-url (or run `queen conformance`, which starts a broker)")
-    t = Target(
-        url=url.rstrip("/"),
-        fire_timeout=pytestconfig.getoption("--queen-fire-timeout"),
-        lag_budget_ms=pytestconfig.getoption("--queen-lag-budget-ms"),
-    )
-    yield t
-    t.close()
+    targets = [Target(url=u, fire_timeout=pytestconfig.getoption("--queen-fire-timeout"),
+                      lag_budget_ms=pytestconfig.getoption("--queen-lag-budget-ms")) for u in urls]
+    _OTHERS[:] = targets[1:]
+    yield targets[0]
+    for t in targets:
+        t.close()
+
+
+# The other brokers of the deployment (--queen-url given more than once), set by the target fixture.
+_OTHERS: list[Target] = []
+
+
+@pytest.fixture(scope="session")
+def api_other(target: Target, pytestconfig: pytest.Config) -> Api:
+    """Tenant A on a second broker of the same deployment. NOT VERIFIED when only one URL was given."""
+    if not _OTHERS:
+        not_verified("a cross-broker contract: needs a second broker of the same deployment (--url A --url B)")
+    return _api(_OTHERS[0], pytestconfig.getoption("--queen-token"), "A@2")
+
+
+@pytest.fixture(scope="session")
+def plan(api: Api) -> dict[str, Any]:
+    """Tenant A's effective plan as the target states it (GET /api/v1/usage -> plan), or the documented
+    defaults when the target does not say: the edges are read from the target, not assumed."""
+    defaults = {"timersHorizonMs": 90 * 86_400_000, "maxPayloadBytes": 1024 * 1024}
+    resp = api.http.get("/api/v1/usage")
+    data = resp.json() if resp.status_code == 200 and "json" in resp.headers.get("content-type", "") else {}
+    got = data.get("plan") if isinstance(data, dict) and isinstance(data.get("plan"), dict) else {}
+    return {k: got.get(k) if isinstance(got.get(k), int) and got.get(k) > 0 else v for k, v in defaults.items()}
 
 
 def _api(target: Target, token: str | None, label: str) -> Api:
@@ -339,6 +380,9 @@ def api_consume_only(target: Target, pytestconfig: pytest.Config) -> Api:
 def admin(target: Target, api: Api, pytestconfig: pytest.Config) -> Any:
     from conformance.client import Admin
 
+    if not pytestconfig.getoption("--queen-allow-cluster-changes"):
+        not_verified("changes operator state (plans, pauses, switches, suspension) that other tenants of the target "
+                     "may feel: opt in with --allow-cluster-changes")
     token = pytestconfig.getoption("--queen-admin-token")
     if not token and api.token:
         not_verified("needs an operator credential (--queen-admin-token)")

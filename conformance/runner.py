@@ -1,6 +1,6 @@
 """``queen conformance``: run the conformance suite against a broker and gate on the result.
 
-    queen conformance --url URL [--token T] [--token-b T2] [--admin-token A]
+    queen conformance --url URL [--url URL2 ...] [--allow-cluster-changes] [--token T] [--token-b T2] [--admin-token A]
                       [--token-produce-only P] [--token-consume-only C]
                       [--junitxml FILE] [--report FILE] [--strict] [--contract ID ...] [pytest args]
     queen conformance --list
@@ -33,7 +33,7 @@ SUITE_DIR = Path(__file__).resolve().parent
 
 # Settings of the broker the runner starts itself: short sweeper timings so failure paths (backoff,
 # DLQ after the attempt budget) finish in about a second while a row in backoff stays observable from
-# outside for at least 150 ms, and a short limits cache so operator switches show quickly.
+# outside for at least 150 ms, a short limits cache so operator switches show quickly, and a retention pass every 200 ms.
 LOCAL_ENV = {
     "QUEEN_TEST_HOOKS": "1",
     "QUEEN_SWEEPER_MAX_SLEEP_MS": "200",
@@ -41,6 +41,7 @@ LOCAL_ENV = {
     "QUEEN_SWEEPER_BACKOFF_BASE_MS": "150",
     "QUEEN_SWEEPER_BACKOFF_CAP_MS": "600",
     "QUEEN_LIMITS_REFRESH_MS": "50",
+    "QUEEN_LOG_RETENTION_INTERVAL_MS": "200",
     "QUEEN_LOG_LEVEL": "WARNING",
 }
 
@@ -93,7 +94,7 @@ def local_broker(workers: int = 2) -> Iterator[tuple[str, dict[str, str]]]:
 
 
 def print_catalogue(out=None) -> None:
-    from conformance.catalogue import CONTRACTS, INFORMATIVE
+    from conformance.catalogue import CONTRACTS, INFORMATIVE, INFORMATIVE_LOG
     from conformance.plugin import contract_index
 
     out = out or sys.stdout
@@ -103,9 +104,17 @@ def print_catalogue(out=None) -> None:
         print(textwrap.fill(c.sentence, 100, initial_indent="    ", subsequent_indent="    "), file=out)
         for t in index.get(c.id, []) or ["(no test!)"]:
             print(f"    test: {t}", file=out)
+    families: dict[str, int] = {}
+    for c in CONTRACTS:
+        fam = c.id.split("-")[0]
+        families[fam] = families.get(fam, 0) + 1
     print(f"\n{len(CONTRACTS)} contracts", file=out)
+    print("by family: " + ", ".join(f"{k} {v}" for k, v in families.items()), file=out)
     print("\nSentences of the timer spec (docs/timer-routes.md) without an id, and why:", file=out)
     for sentence, why in INFORMATIVE:
+        print(textwrap.fill(f"- {sentence}  [{why}]", 100, subsequent_indent="  "), file=out)
+    print("\nSentences of the README's Message log section without an id, and why:", file=out)
+    for sentence, why in INFORMATIVE_LOG:
         print(textwrap.fill(f"- {sentence}  [{why}]", 100, subsequent_indent="  "), file=out)
 
 
@@ -116,7 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Any other argument is passed to pytest (e.g. -x, -k EXPR, -q).",
     )
     env = os.environ.get
-    p.add_argument("--url", default=env("QUEEN_URL"), help="broker base URL (default $QUEEN_URL); omitted = start a local broker")
+    p.add_argument("--url", action="append", default=[],
+                   help="broker base URL (default $QUEEN_URL, comma-separated); repeat it for several brokers of "
+                        "one deployment (same database): calls are spread over them and the cross-broker "
+                        "contracts run (NOT VERIFIED with one URL); omitted = start a local broker")
     p.add_argument("--token", default=env("QUEEN_TOKEN"), help="bearer token of tenant A, produce + consume ($QUEEN_TOKEN)")
     p.add_argument("--token-b", default=env("QUEEN_TOKEN_B"),
                    help="bearer token of a second tenant B, for isolation contracts ($QUEEN_TOKEN_B)")
@@ -129,14 +141,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true", help="NOT VERIFIED fails the gate")
     p.add_argument("--contract", action="append", default=[], help="only the tests of this contract id (repeatable)")
     p.add_argument("--fire-timeout", type=float, help="seconds to wait for a timer to fire (default 20)")
+    p.add_argument("--allow-cluster-changes", action="store_true",
+                   help="also run the contracts that change operator state (suspend the cluster, pause the "
+                        "sweeper, switch scheduling off, set tenant plans); without it they are NOT VERIFIED, so "
+                        "a gate against a shared staging cell disturbs nobody (implied for the local broker)")
     p.add_argument("--list", action="store_true", help="print the contract catalogue with its tests and exit")
     return p
 
 
-def pytest_args(args: argparse.Namespace, url: str, tokens: dict[str, str | None], extra: list[str]) -> list[str]:
+def pytest_args(args: argparse.Namespace, urls: list[str], tokens: dict[str, str | None], extra: list[str],
+                allow_cluster_changes: bool = False) -> list[str]:
     # Hermetic: the suite's own (empty) configuration, whatever directory the user runs it from.
-    argv = [str(SUITE_DIR), "-c", os.devnull, "--rootdir", str(SUITE_DIR.parent), "-p", "no:cacheprovider",
-            "--queen-url", url]
+    argv = [str(SUITE_DIR), "-c", os.devnull, "--rootdir", str(SUITE_DIR.parent), "-p", "no:cacheprovider"]
+    for url in urls:
+        argv += ["--queen-url", url]
+    if args.allow_cluster_changes or allow_cluster_changes:
+        argv.append("--queen-allow-cluster-changes")
     for opt, key in (("--queen-token", "token"), ("--queen-token-b", "token_b"), ("--queen-admin-token", "admin_token"),
                      ("--queen-token-produce-only", "token_produce_only"),
                      ("--queen-token-consume-only", "token_consume_only")):
@@ -172,10 +192,12 @@ def main(argv: list[str] | None = None) -> int:
         "token": args.token, "token_b": args.token_b, "admin_token": args.admin_token,
         "token_produce_only": args.token_produce_only, "token_consume_only": args.token_consume_only,
     }
-    if args.url:
-        return int(pytest.main(pytest_args(args, args.url, tokens, extra)))
+    urls = list(args.url) or [u for u in (os.environ.get("QUEEN_URL") or "").split(",") if u.strip()]
+    if urls:
+        return int(pytest.main(pytest_args(args, urls, tokens, extra)))
     with local_broker() as (url, minted):
-        return int(pytest.main(pytest_args(args, url, {**minted}, extra)))
+        # our own throw-away broker: nobody else to disturb
+        return int(pytest.main(pytest_args(args, [url], {**minted}, extra, allow_cluster_changes=True)))
 
 
 if __name__ == "__main__":

@@ -69,3 +69,24 @@ def test_not_verified_is_reported_and_strict_fails(broker, tmp_path):
                    "--report", str(report), "-q"])
     assert strict.returncode == 1, strict.stdout[-3000:]
     assert json.loads(report.read_text())["contracts"]["TMR-ABSENT-OTHER-TENANT"]["status"] == "failed"
+
+
+def test_staging_safe_and_single_url_are_not_verified_with_reasons(broker, tmp_path):
+    """Against one URL without --allow-cluster-changes: the cross-broker contracts and the contracts that
+    change operator state are NOT VERIFIED, each with the reason that says how to run them."""
+    report = tmp_path / "report.json"
+    proc = _run(["--url", broker.url, "--contract", "XB-PUSH-POP", "--contract", "LIM-CLUSTER-SUSPENDED",
+                 "--report", str(report), "-q"])
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    contracts = json.loads(report.read_text())["contracts"]
+    xb, lim = contracts["XB-PUSH-POP"], contracts["LIM-CLUSTER-SUSPENDED"]
+    assert xb["status"] == "not_verified" and any("--url A --url B" in r for r in xb["reasons"]), xb
+    assert lim["status"] == "not_verified" and any("--allow-cluster-changes" in r for r in lim["reasons"]), lim
+
+
+def test_list_shows_the_families():
+    proc = _run(["--list"])
+    assert proc.returncode == 0
+    for family in ("LOG ", "EDGE ", "XB "):
+        assert family in proc.stdout.split("by family:")[1].splitlines()[0], proc.stdout[-500:]
+    assert "Sentences of the README's Message log section without an id" in proc.stdout
