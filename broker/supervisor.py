@@ -52,6 +52,7 @@ def worker_main(settings: Settings, sock: socket.socket, dsn: str, index: int, r
     from broker.app import create_app
     from broker.context import BROKER
     from broker.logs import configure_logging
+    from broker.server import QueenRunner
 
     configure_logging(settings.log_level, prefix=f"w{index}")
     try:
@@ -66,13 +67,15 @@ def worker_main(settings: Settings, sock: socket.socket, dsn: str, index: int, r
         app = create_app(settings, dsn, worker_index=index)
         # max_line_size: a legal timer key (1024 characters) percent-encoded is up to 12 KiB on the request
         # line, more than aiohttp's 8190-byte default (which refused it with a text/plain 400).
-        runner = web.AppRunner(app, handle_signals=False, access_log=None, max_line_size=32_768)
+        runner = QueenRunner(app, settings, handle_signals=False, access_log=None, max_line_size=32_768)
         await runner.setup()
         if restarted:
             deadline = time.monotonic() + RESTART_READY_WAIT_S
             while not app[BROKER].ready and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)
-        site = web.SockSite(runner, sock, shutdown_timeout=float(settings.drain_timeout_s))
+        site = web.SockSite(
+            runner, sock, shutdown_timeout=float(settings.drain_timeout_s), ssl_context=settings.ssl_context()
+        )
         await site.start()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -126,7 +129,8 @@ class Supervisor:
 
         self.sock = bind_socket(self.settings.host, self.settings.port)
         host, port = self.sock.getsockname()[:2]
-        log.info("listening on http://%s:%d with %d workers", host, port, self.settings.workers)
+        scheme = "https" if self.settings.tls else "http"
+        log.info("listening on %s://%s:%d with %d workers", scheme, host, port, self.settings.workers)
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         for i in range(self.settings.workers):
