@@ -167,11 +167,14 @@ async def kv_delete(request: web.Request) -> web.Response:
 
 
 async def _write(request: web.Request, op: dict[str, Any]) -> web.Response:
+    if "expect" in op:
+        op["required"] = True  # a conditional write that loses its condition is refused whole (412)
     call = parse_ops([op], max_ops=1)
     done = await service.run(request.app[BROKER], principal(request), call)
+    if done.abort is not None:  # a lost If-Match/If-None-Match: the op is required, so nothing is metered
+        a = done.abort
+        raise _precondition_lost({"reason": a["kvReason"], "version": a["version"], "value": a["value"], "key": op["key"]})
     r = done.results[0]
-    if not r["applied"] and "expect" in op:
-        raise _precondition_lost(r)
     headers = {"ETag": _etag(r["version"])} if r["version"] else None
     return json_response(r, headers=headers)
 
