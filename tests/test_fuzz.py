@@ -68,6 +68,8 @@ ROUTES: list[tuple[str, str, str]] = [
     ("POST", "/api/v1/timers", "body"), ("GET", "/api/v1/timers/{queue}", "read"),
     ("GET", "/api/v1/timers/{queue}/{timerKey}", "read"), ("DELETE", "/api/v1/timers/{queue}/{timerKey}", "write"),
     ("POST", "/api/v1/transaction", "body"), ("GET", "/api/v1/usage", "read"), ("GET", "/api/v1/admin/usage", "read"),
+    ("GET", "/api/v1/timers-overview", "read"), ("GET", "/console", "read"), ("GET", "/console/", "read"),
+    ("GET", "/console/{asset}", "read"), ("GET", "/openapi.json", "read"),
     ("GET", "/api/v1/no/such/route", "read"), ("PATCH", "/api/v1/push", "read"), ("OPTIONS", "/api/v1/kv", "read"),
 ]
 
@@ -191,7 +193,7 @@ class Generator:
         if r < 0.5:
             return {"tenant": f"te-{tag}", "ns": tag, "key": f"k-{tag}/a", "queue": f"q-{tag}", "partition": f"p-{tag}",
                     "lease": str(uuid.uuid4()), "id": str(uuid.uuid4()), "pid": str(uuid.uuid4()), "txn": f"t-{tag}",
-                    "timerKey": f"k-{tag}"}.get(name, "x")
+                    "timerKey": f"k-{tag}", "asset": "app.js"}.get(name, "x")
         return urllib.parse.quote(str(self.scalar()) or "x", safe="")
 
     def query(self) -> str:
@@ -212,10 +214,10 @@ class Generator:
         rng = self.rng
         tag = tag_of(index)
         method, template, role = rng.choice(ROUTES)
-        if template.startswith("/metrics") and rng.random() < 0.8:  # ~30 ms each to render: fuzzed less often
+        if template.startswith(("/metrics", "/openapi", "/console")) and rng.random() < 0.8:  # ~30 ms each to render: fuzzed less often
             method, template, role = rng.choice(ROUTES)
         path = template
-        for name in ("tenant", "ns", "key", "queue", "partition", "lease", "id", "pid", "txn", "timerKey"):
+        for name in ("tenant", "ns", "key", "queue", "partition", "lease", "id", "pid", "txn", "timerKey", "asset"):
             if "{" + name + "}" in path:
                 path = path.replace("{" + name + "}", self.path_param(name, tag))
         qs = self.query()
