@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import socket
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -43,7 +44,22 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def worker_main(settings: Settings, sock: socket.socket, dsn: str, index: int, restarted: bool = False) -> None:
+def die_with_parent(parent: int) -> None:
+    """A worker must not outlive its master holding the port: on Linux the kernel sends it SIGTERM when
+    the master dies (PR_SET_PDEATHSIG, even by kill -9), which drains it like a normal stop; the
+    parent check in the worker's loop covers other platforms and a master that died before this ran."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def worker_main(settings: Settings, sock: socket.socket, dsn: str, index: int, restarted: bool = False,
+                parent: int | None = None) -> None:
     """Entry point of a worker process (forked)."""
     import asyncio
 
@@ -80,7 +96,19 @@ def worker_main(settings: Settings, sock: socket.socket, dsn: str, index: int, r
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, stop.set)
+        if parent is not None:
+            die_with_parent(parent)
+
+            async def watch_parent() -> None:
+                while os.getppid() == parent:
+                    await asyncio.sleep(1.0)
+                log.error("worker %d: the master (pid %d) is gone; draining", index, parent)
+                stop.set()
+
+            watcher = loop.create_task(watch_parent(), name="parent-watch")
         await stop.wait()
+        if parent is not None:
+            watcher.cancel()
         log.info("worker %d draining", index)
         app[BROKER].draining = True
         await runner.cleanup()
@@ -111,7 +139,7 @@ class Supervisor:
         assert self.sock is not None
         proc = self._ctx.Process(
             target=worker_main,
-            args=(self.settings, self.sock, self.dsn, index, deaths is not None),
+            args=(self.settings, self.sock, self.dsn, index, deaths is not None, os.getpid()),
             name=f"queen-worker-{index}",
             daemon=False,
         )
