@@ -82,3 +82,40 @@ def test_kill_9_of_a_worker_mid_requests_loses_nothing_acknowledged(start_broker
             got.update(m["data"]["n"] for m in r.json()["messages"])
     assert set(acked) <= got, sorted(set(acked) - got)[:10]
     assert len(acked) > 100
+
+
+def test_client_disconnect_mid_request_applies_all_or_nothing(broker):
+    """Transactions (two pushes and a KV put) whose client hangs up right after sending, or half-way
+    through the body: each is applied whole or not at all."""
+    import json
+    import socket
+
+    q, ns = uniq("disc"), uniq("disc").replace("-", "")
+    host, port = broker.url.removeprefix("http://").split(":")
+    for i in range(40):
+        body = json.dumps({"operations": [
+            {"type": "push", "items": [{"queue": q, "payload": {"i": i, "part": 1}}, {"queue": q, "payload": {"i": i, "part": 2}}]},
+        ], "kv": [{"op": "put", "ns": ns, "key": f"k{i}", "value": i, "forever": True}]}).encode()
+        raw = (b"POST /api/v1/transaction HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               b"Content-Length: %d\r\n\r\n" % len(body)) + body
+        with socket.create_connection((host, int(port))) as s:
+            s.sendall(raw if i % 2 else raw[: len(raw) - len(body) // 2])
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")  # RST
+    time.sleep(1.0)
+    parts: dict[int, set[int]] = {}
+    with httpx.Client(base_url=broker.url, timeout=10) as c:
+        while True:
+            r = c.get(f"/api/v1/pop/queue/{q}", params={"batch": 1000, "autoAck": "true"})
+            if r.status_code == 204:
+                break
+            for m in r.json()["messages"]:
+                parts.setdefault(m["data"]["i"], set()).add(m["data"]["part"])
+        kv = c.post("/api/v1/kv", json={"operations": [{"op": "getMany", "ns": ns, "keys": [f"k{i}" for i in range(40)]}]})
+        present = {row["value"] for row in kv.json()["results"][0]["rows"]}
+    for i in range(40):
+        pushed = parts.get(i, set())
+        assert pushed in (set(), {1, 2}), (i, pushed)
+        assert (i in present) == bool(pushed), (i, pushed, i in present)
+        if i % 2 == 0:
+            assert not pushed, f"half a body was applied ({i})"
+    assert any(parts.get(i) for i in range(1, 40, 2)), "no complete body was applied: the test proves nothing"
