@@ -1,4 +1,4 @@
-"""The database stopped (fast and immediate) under push, schedule and KV load (issue 14): no 5xx,
+"""The database stopped (fast and immediate) under push, schedule and KV load: no 5xx,
 every acknowledged write found afterwards, recovery without restarting the broker."""
 
 from __future__ import annotations

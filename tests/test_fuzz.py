@@ -1,4 +1,4 @@
-"""The broker's own fuzzer (issue 14): seeded, over every route, in the default run.
+"""The broker's own fuzzer: seeded, over every route, in the default run.
 
 ``test_fuzz_every_route``: >= 10,000 hostile requests against a dedicated broker and database, sent by a
 raw HTTP/1.1 client (so a path may carry NUL or non-UTF-8 bytes and a body may lack a Content-Type):

@@ -1,4 +1,4 @@
-"""Client input that once answered 500 (issue 14 item 2) and bodies without a JSON content type (item 3):
+"""Client input that once answered 500 and bodies without a JSON content type:
 each is refused 400/415 in the envelope, and nothing of a refused call is applied."""
 
 from __future__ import annotations

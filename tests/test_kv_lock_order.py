@@ -1,4 +1,4 @@
-"""KV calls that write the same keys in opposite orders never deadlock (issue 14 item 7): a call takes
+"""KV calls that write the same keys in opposite orders never deadlock: a call takes
 its keys' locks in one global order before touching a row, so neither waits on the other in a cycle."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The process tree survives its own failures (issue 14): kill -9 of the master leaves no worker
+"""The process tree survives its own failures: kill -9 of the master leaves no worker
 holding the port and a new ``queen serve`` starts cleanly on it; kill -9 of a worker in the middle of
 HTTP requests loses nothing that was acknowledged and answers no 5xx."""
 
