@@ -28,7 +28,7 @@ from broker.context import BROKER, PRINCIPAL_KEY, Broker
 from broker.http import ROUTE_MODULES
 from broker.metrics import HTTP_LATENCY, HTTP_REQUESTS
 from broker.store import migrate
-from broker.store.failures import DB_DOWN, DB_RETRY
+from broker.store.failures import DB_FAILURE, database_error
 from broker.store.listen import Notifier
 from broker.store.pool import create_pool
 
@@ -77,12 +77,8 @@ async def error_middleware(request: web.Request, handler: Callable[[web.Request]
         err = _http_exception_to_api(exc)
     except asyncio.CancelledError:
         raise
-    except DB_RETRY as exc:
-        err = errors.Unavailable("database_conflict", f"the database asked to retry: {type(exc).__name__}", code="unavailable")
-    except DB_DOWN as exc:
-        err = errors.Unavailable("database_unavailable", f"the database is unreachable: {type(exc).__name__}", code="unavailable")
-    except TimeoutError:
-        err = errors.Unavailable("timeout", "the database did not answer in time", code="unavailable")
+    except DB_FAILURE as exc:  # down, shutting down, broken mid-call, timed out, or asked to retry
+        err = database_error(exc)
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
         return web.Response(body=errors.internal_envelope(), status=500, content_type="application/json")

@@ -11,6 +11,10 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import ssl
 
 DAY_MS = 86_400_000
 
@@ -95,6 +99,12 @@ class Settings:
     pool_max: int = 10
     # --- HTTP
     max_body_bytes: int = 8 * 1024 * 1024
+    header_timeout_s: int = 10
+    body_timeout_s: int = 60
+    keepalive_timeout_s: int = 75
+    max_connections: int = 4096  # per worker; 0 = no cap
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
     # --- auth: off unless a secret or a public key is given
     jwt_secret: str | None = None
     jwt_public_key_file: str | None = None
@@ -155,6 +165,12 @@ class Settings:
             pool_min=_int(env, "QUEEN_POOL_MIN", 2, 1, 1000),
             pool_max=_int(env, "QUEEN_POOL_MAX", 10, 1, 1000),
             max_body_bytes=_int(env, "QUEEN_MAX_BODY_BYTES", 8 * 1024 * 1024, 1024),
+            header_timeout_s=_int(env, "QUEEN_HEADER_TIMEOUT_S", 10, 0, 3600),
+            body_timeout_s=_int(env, "QUEEN_BODY_TIMEOUT_S", 60, 0, 3600),
+            keepalive_timeout_s=_int(env, "QUEEN_KEEPALIVE_TIMEOUT_S", 75, 1, 86_400),
+            max_connections=_int(env, "QUEEN_MAX_CONNECTIONS", 4096, 0, 1_000_000),
+            tls_cert_file=_str(env, "QUEEN_TLS_CERT_FILE", None),
+            tls_key_file=_str(env, "QUEEN_TLS_KEY_FILE", None),
             jwt_secret=_str(env, "QUEEN_JWT_SECRET", None),
             jwt_public_key_file=_str(env, "QUEEN_JWT_PUBLIC_KEY_FILE", None),
             default_tenant=_str(env, "QUEEN_DEFAULT_TENANT", "default") or "default",
@@ -202,8 +218,35 @@ class Settings:
             raise ConfigError("QUEEN_POOL_MIN must not exceed QUEEN_POOL_MAX")
         if self.jwt_public_key_file and not Path(self.jwt_public_key_file).is_file():
             raise ConfigError(f"QUEEN_JWT_PUBLIC_KEY_FILE={self.jwt_public_key_file!r} is not a readable file")
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise ConfigError("QUEEN_TLS_CERT_FILE and QUEEN_TLS_KEY_FILE must be given together")
+        for var, path in (("QUEEN_TLS_CERT_FILE", self.tls_cert_file), ("QUEEN_TLS_KEY_FILE", self.tls_key_file)):
+            if path and not Path(path).is_file():
+                raise ConfigError(f"{var}={path!r} is not a readable file")
+        if self.tls_cert_file and self.tls_key_file:
+            import ssl
+
+            try:
+                self.ssl_context()
+            except (ssl.SSLError, OSError, ValueError) as exc:
+                raise ConfigError(f"QUEEN_TLS_CERT_FILE/QUEEN_TLS_KEY_FILE cannot be loaded: {exc}") from exc
         if self.log_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
             raise ConfigError(f"QUEEN_LOG_LEVEL={self.log_level!r} is not one of DEBUG, INFO, WARNING, ERROR")
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.tls_cert_file and self.tls_key_file)
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The server TLS context from QUEEN_TLS_CERT_FILE / QUEEN_TLS_KEY_FILE (None: plain HTTP)."""
+        if not self.tls:
+            return None
+        import ssl
+
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.load_cert_chain(str(self.tls_cert_file), str(self.tls_key_file))
+        return ctx
 
     @property
     def auth_enabled(self) -> bool:

@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import socket
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -43,7 +44,22 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def worker_main(settings: Settings, sock: socket.socket, dsn: str, index: int, restarted: bool = False) -> None:
+def die_with_parent(parent: int) -> None:
+    """A worker must not outlive its master holding the port: on Linux the kernel sends it SIGTERM when
+    the master dies (PR_SET_PDEATHSIG, even by kill -9), which drains it like a normal stop; the
+    parent check in the worker's loop covers other platforms and a master that died before this ran."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def worker_main(settings: Settings, sock: socket.socket, dsn: str, index: int, restarted: bool = False,
+                parent: int | None = None) -> None:
     """Entry point of a worker process (forked)."""
     import asyncio
 
@@ -52,6 +68,7 @@ def worker_main(settings: Settings, sock: socket.socket, dsn: str, index: int, r
     from broker.app import create_app
     from broker.context import BROKER
     from broker.logs import configure_logging
+    from broker.server import QueenRunner
 
     configure_logging(settings.log_level, prefix=f"w{index}")
     try:
@@ -66,18 +83,32 @@ def worker_main(settings: Settings, sock: socket.socket, dsn: str, index: int, r
         app = create_app(settings, dsn, worker_index=index)
         # max_line_size: a legal timer key (1024 characters) percent-encoded is up to 12 KiB on the request
         # line, more than aiohttp's 8190-byte default (which refused it with a text/plain 400).
-        runner = web.AppRunner(app, handle_signals=False, access_log=None, max_line_size=32_768)
+        runner = QueenRunner(app, settings, handle_signals=False, access_log=None, max_line_size=32_768)
         await runner.setup()
         if restarted:
             deadline = time.monotonic() + RESTART_READY_WAIT_S
             while not app[BROKER].ready and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)
-        site = web.SockSite(runner, sock, shutdown_timeout=float(settings.drain_timeout_s))
+        site = web.SockSite(
+            runner, sock, shutdown_timeout=float(settings.drain_timeout_s), ssl_context=settings.ssl_context()
+        )
         await site.start()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, stop.set)
+        if parent is not None:
+            die_with_parent(parent)
+
+            async def watch_parent() -> None:
+                while os.getppid() == parent:
+                    await asyncio.sleep(1.0)
+                log.error("worker %d: the master (pid %d) is gone; draining", index, parent)
+                stop.set()
+
+            watcher = loop.create_task(watch_parent(), name="parent-watch")
         await stop.wait()
+        if parent is not None:
+            watcher.cancel()
         log.info("worker %d draining", index)
         app[BROKER].draining = True
         await runner.cleanup()
@@ -108,7 +139,7 @@ class Supervisor:
         assert self.sock is not None
         proc = self._ctx.Process(
             target=worker_main,
-            args=(self.settings, self.sock, self.dsn, index, deaths is not None),
+            args=(self.settings, self.sock, self.dsn, index, deaths is not None, os.getpid()),
             name=f"queen-worker-{index}",
             daemon=False,
         )
@@ -126,7 +157,8 @@ class Supervisor:
 
         self.sock = bind_socket(self.settings.host, self.settings.port)
         host, port = self.sock.getsockname()[:2]
-        log.info("listening on http://%s:%d with %d workers", host, port, self.settings.workers)
+        scheme = "https" if self.settings.tls else "http"
+        log.info("listening on %s://%s:%d with %d workers", scheme, host, port, self.settings.workers)
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         for i in range(self.settings.workers):

@@ -79,6 +79,7 @@ from broker.metrics import (
     TIMERS_FIRED,
     TIMERS_PENDING,
 )
+from broker.store.failures import DB_DOWN
 from broker.store.pool import connect
 from broker.store.queries import Q
 
@@ -94,7 +95,7 @@ PENDING_EVERY_S = 5.0
 def failure_class(exc: BaseException) -> str:
     """``transient`` (costs no attempt) or ``permanent`` (spends one) for a failed commit."""
     state = getattr(exc, "sqlstate", None)
-    if isinstance(exc, asyncpg.PostgresConnectionError | asyncpg.InterfaceError | ConnectionError | OSError | TimeoutError):
+    if isinstance(exc, DB_DOWN):  # incl. InternalClientError: a connection broken mid-protocol
         return "transient"
     if state and (state in TRANSIENT_STATES or state.startswith(TRANSIENT_PREFIXES)):
         return "transient"

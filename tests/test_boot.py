@@ -34,7 +34,8 @@ def test_booting_until_the_database_comes_up(controlled_pg, start_broker):
         b = start_broker(dsn=dsn, wait=False)
         for body in _booting_on_every_worker(b.url, 2).values():
             assert body["status"] == "booting"
-            assert "database not ready" in body["reason"] or body["reason"] == "starting"
+            assert body["reason"] == "booting"
+            assert "database not ready" in body["detail"] or body["detail"] == "starting"
         with httpx.Client(base_url=b.url, timeout=5) as c:
             h = c.get("/health")
             assert h.status_code == 503 and h.headers["Retry-After"].isdigit()

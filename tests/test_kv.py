@@ -350,7 +350,7 @@ def test_path_routes(http, api):
     assert r.status_code == 404 and r.json()["error"] == "kv_key_not_found"
 
 
-async def test_database_trouble_is_kv_unavailable():
+async def test_database_trouble_is_the_shared_database_503():
     import asyncpg
 
     from broker.errors import Unavailable
@@ -359,9 +359,9 @@ async def test_database_trouble_is_kv_unavailable():
     async def failing(exc):
         raise exc
 
-    for exc, reason in ((ConnectionError("gone"), "connection"), (TimeoutError(), "kv_timeout"),
-                        (asyncpg.DeadlockDetectedError("deadlock"), "kv_conflict")):
+    for exc, reason in ((ConnectionError("gone"), "database_unavailable"), (TimeoutError(), "database_unavailable"),
+                        (asyncpg.DeadlockDetectedError("deadlock"), "database_conflict")):
         with pytest.raises(Unavailable) as e:
             await apply_db(failing(exc))
-        assert e.value.status == 503 and e.value.code == "kv_unavailable" and e.value.reason == reason
+        assert e.value.status == 503 and e.value.code == "unavailable" and e.value.reason == reason
         assert e.value.headers["Retry-After"] == "1"

@@ -1,4 +1,5 @@
-"""``GET /health``: 200 when this worker is booted and the database answers, 503 with the reason otherwise."""
+"""``GET /health``: 200 when this worker is booted and the database answers, 503 otherwise with a
+stable ``reason`` (``booting`` or ``database_unavailable``) and the operator-facing cause in ``detail``."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from broker import __version__
 from broker.context import BROKER
 from broker.http.wire import json_response
 from broker.store.pool import ping
+from broker.store.failures import DOWN_REASON, describe
 
 PING_TIMEOUT_S = 2.0
 
@@ -20,7 +22,7 @@ async def health(request: web.Request) -> web.Response:
     base = {"worker_id": b.worker_index, "pid": os.getpid(), "version": __version__}
     if not b.ready or b.pool is None:
         return json_response(
-            {"status": "booting", "database": "unknown", "reason": b.boot_reason, **base},
+            {"status": "booting", "database": "unknown", "reason": "booting", "detail": b.boot_reason, **base},
             status=503,
             headers={"Retry-After": "1"},
         )
@@ -29,7 +31,7 @@ async def health(request: web.Request) -> web.Response:
             await ping(b.pool)
     except Exception as exc:  # the database is down, or the pool cannot reach it in time
         return json_response(
-            {"status": "unhealthy", "database": "unreachable", "reason": f"{type(exc).__name__}: {exc}"[:300], **base},
+            {"status": "unhealthy", "database": "unreachable", "reason": DOWN_REASON, "detail": describe(exc), **base},
             status=503,
             headers={"Retry-After": "1"},
         )

@@ -31,12 +31,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
 from aiohttp import web
 
 from broker.context import BROKER, principal
 from broker.errors import ApiError, NotFound
-from broker.http.wire import json_response, read_json
+from broker.http.wire import json_response, parse_json, read_json
 from broker.kv import service, store
 from broker.kv.ops import CODE, KvCall, bad, check_key, check_ns, parse_body, parse_ops
 from broker.kv.service import apply_db
@@ -148,10 +147,7 @@ async def kv_put(request: web.Request) -> web.Response:
     raw = await request.read()
     if not raw:
         raise bad("kv_bad_body", "PUT needs the JSON value as its body")
-    try:
-        op["value"] = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        raise bad("kv_bad_body", "the body must be one JSON value") from None
+    op["value"] = parse_json(raw, code=CODE, reason="kv_bad_body")
     expect = _expect_from_headers(request)
     if expect is not None:
         op["expect"] = expect
@@ -171,11 +167,14 @@ async def kv_delete(request: web.Request) -> web.Response:
 
 
 async def _write(request: web.Request, op: dict[str, Any]) -> web.Response:
+    if "expect" in op:
+        op["required"] = True  # a conditional write that loses its condition is refused whole (412)
     call = parse_ops([op], max_ops=1)
     done = await service.run(request.app[BROKER], principal(request), call)
+    if done.abort is not None:  # a lost If-Match/If-None-Match: the op is required, so nothing is metered
+        a = done.abort
+        raise _precondition_lost({"reason": a["kvReason"], "version": a["version"], "value": a["value"], "key": op["key"]})
     r = done.results[0]
-    if not r["applied"] and "expect" in op:
-        raise _precondition_lost(r)
     headers = {"ETag": _etag(r["version"])} if r["version"] else None
     return json_response(r, headers=headers)
 

@@ -13,10 +13,9 @@ from typing import TYPE_CHECKING
 
 from broker import limits
 from broker.auth import Principal
-from broker.errors import Unavailable
 from broker.kv import store
 from broker.kv.ops import KvCall
-from broker.store.failures import DB_DOWN, DB_RETRY
+from broker.store.failures import DB_FAILURE, database_error
 
 if TYPE_CHECKING:
     from broker.context import Broker
@@ -38,16 +37,12 @@ async def admit(broker: Broker, principal: Principal, call: KvCall, *, in_transa
 
 
 async def apply_db(work: Awaitable[store.Applied]) -> store.Applied:
-    """Run the database part of a KV call; a database that cannot answer is 503 ``kv_unavailable``
-    (reason ``connection``, ``kv_timeout`` or ``kv_conflict``) with Retry-After: not the caller's fault."""
+    """Run the database part of a KV call; a database that cannot answer is the same 503 every surface
+    answers (``unavailable`` / ``database_unavailable`` or ``database_conflict``, with Retry-After)."""
     try:
         return await work
-    except DB_RETRY as exc:
-        raise Unavailable("kv_conflict", f"the database asked to retry ({type(exc).__name__})", code="kv_unavailable") from None
-    except TimeoutError:  # before OSError, of which it is a subclass
-        raise Unavailable("kv_timeout", "the database did not answer in time", code="kv_unavailable") from None
-    except DB_DOWN as exc:
-        raise Unavailable("connection", f"the database is unreachable ({type(exc).__name__})", code="kv_unavailable") from None
+    except DB_FAILURE as exc:
+        raise database_error(exc) from None
 
 
 async def run(broker: Broker, principal: Principal, call: KvCall) -> store.Applied:

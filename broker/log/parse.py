@@ -238,10 +238,16 @@ def ack_item(raw: Any, where: str, default_group: str | None, memo: dict[Any, An
 
 
 def timestamp(value: str, what: str) -> datetime:
+    """An ISO-8601 instant, returned in UTC. One that exists only in its own offset (9999-12-31T23:59
+    at -14:00 is year 10000 in UTC, 0001-01-01 at +14:00 is year 0) cannot be sent to the database
+    and is refused here, like a malformed one."""
     try:
         ts = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         raise BadRequest("bad_timestamp", f"{what}={value!r} is not an ISO-8601 timestamp") from None
     if ts.tzinfo is None:
         ts = ts.replace(tzinfo=UTC)
-    return ts
+    try:
+        return ts.astimezone(UTC)
+    except OverflowError:
+        raise BadRequest("bad_timestamp", f"{what}={value!r} is outside the years 1-9999 in UTC") from None

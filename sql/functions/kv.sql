@@ -82,7 +82,20 @@ DECLARE
     v_tenant_known boolean := false;
     r         record;
     v_msg     text;
+    v_lock    bigint;
 BEGIN
+    -- Lock every key this call writes or checks BEFORE touching a row, in one global order (the lock
+    -- id's): two calls naming the same keys in opposite orders then queue behind each other instead of
+    -- deadlocking. Row locks and the wait on a concurrent insert of an absent key both come after.
+    -- Transaction-scoped: held to commit, in a transaction body too.
+    FOR v_lock IN
+        SELECT DISTINCT hashtextextended(p_tenant || chr(1) || (e->>'ns') || chr(1) || (e->>'key'), 7142)
+        FROM jsonb_array_elements(p_ops) AS e
+        WHERE e->>'op' IN ('put', 'delete', 'incr', 'check')
+        ORDER BY 1
+    LOOP
+        PERFORM pg_advisory_xact_lock(v_lock);
+    END LOOP;
     BEGIN
         FOR v_op IN SELECT e FROM jsonb_array_elements(p_ops) AS e LOOP
             v_kind := v_op->>'op';
@@ -291,7 +304,7 @@ $$;
 
 -- Remove expired rows, at most p_batch (each tenant's share capped at p_batch too), and give their bytes
 -- back to the tenants' storage gauges. Re-checks expiry at delete time, so a row rewritten since it
--- was picked survives.
+-- was picked survives; a row a writer holds is skipped (pruned on a later pass).
 CREATE OR REPLACE FUNCTION queen_kv_prune(p_batch integer) RETURNS integer LANGUAGE plpgsql AS $$
 DECLARE
     v_n integer := 0;
@@ -306,6 +319,7 @@ BEGIN
                 WHERE q.tenant = t.tenant AND q.expires_at <= now()
                 ORDER BY q.expires_at
                 LIMIT p_batch
+                FOR UPDATE SKIP LOCKED  -- never wait on a writer's row: no lock cycle with queen_kv_apply
             ) k
             LIMIT p_batch
         ), gone AS (
