@@ -578,6 +578,13 @@ CONTRACTS: tuple[C, ...] = (
       "No 500 for anything a client can send (a battery of garbage requests to every surface)."),
     C("ENV-UNAUTHENTICATED", "auth / errors.py",
       "With authentication on, a request without a credential is 401 in the envelope."),
+    # ---------------------------------------------------------------- the official client's surface (docs/decisions.md §7)
+    C("CLI-DELETE-MISSING-QUEUE", "docs/protocol.md §2.2 / docs/decisions.md §7",
+      "Deleting a queue that does not exist answers 200 {deleted: false} without error; deleting one that "
+      "exists answers deleted: true."),
+    C("CLI-RENEW-EXPIRED-LEASE", "docs/protocol.md §2.7 / docs/decisions.md §7",
+      "Renewing a live lease answers success: true; renewing one whose end has passed answers 200 "
+      "success: false."),
 )
 
 BY_ID: dict[str, C] = {c.id: c for c in CONTRACTS}

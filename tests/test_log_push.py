@@ -157,7 +157,7 @@ def test_configure_encryption_without_keys_is_refused(http):
     assert r.status_code == 400 and r.json()["reason"] == "encryption_unavailable"
 
 
-def test_delete_queue_and_delete_of_missing_queue_is_404(http, api):
+def test_delete_queue_and_delete_of_missing_queue_answers_deleted_false(http, api):
     q = uniq("del")
     api.push_items([{"queue": q, "payload": 1}])
     assert http.get(f"/api/v1/resources/queues/{q}").json()["partitions"][0]["messages"] == 1
@@ -165,8 +165,7 @@ def test_delete_queue_and_delete_of_missing_queue_is_404(http, api):
     assert r.status_code == 200 and r.json() == {"deleted": True, "queue": q}
     assert http.get(f"/api/v1/pop/queue/{q}?wait=false").status_code == 204
     r = http.delete(f"/api/v1/resources/queues/{q}")
-    assert r.status_code == 404
-    assert r.json()["error"] == "queue_not_found"
+    assert r.status_code == 200 and r.json() == {"deleted": False, "queue": q}
     assert http.get(f"/api/v1/resources/queues/{q}").status_code == 404
 
 

@@ -70,9 +70,9 @@ async def get_queue(b: Broker, tenant: str, queue: str, partition_limit: int) ->
 async def delete_queue(b: Broker, tenant: str, queue: str) -> dict[str, Any]:
     async with b.require_pool().acquire() as conn, conn.transaction():
         gone = await conn.fetchval(Q.log_queue_delete, tenant, queue)
-    if gone is None:
-        raise queue_not_found(queue)
-    return {"deleted": True, "queue": queue}
+    # A queue that does not exist answers 200 deleted:false, as the official client expects: clean-up
+    # code that deletes unconditionally must not raise (docs/decisions.md §7).
+    return {"deleted": gone is not None, "queue": queue}
 
 
 def _dlq_row(b: Broker, tenant: str, r: Any) -> dict[str, Any]:

@@ -21,9 +21,11 @@ FROM queen_pop($1, $2, $3, $4, $5, $6, $7, $8, $9);
 SELECT idx, success, error, dead_lettered FROM queen_ack($1, $2, $3, $4, $5, $6, $7);
 
 -- name: log_lease_extend
+-- Only a live lease is renewed: one whose lease_until has passed is lost (another consumer may already
+-- hold the partition's messages), so renewing it answers success:false, as the client documents.
 UPDATE queen_cursors c
 SET lease_until = greatest(c.lease_until, now() + $3 * interval '1 second')
-WHERE c.tenant = $1 AND c.lease_id = $2
+WHERE c.tenant = $1 AND c.lease_id = $2 AND c.lease_until > now()
 RETURNING c.lease_until;
 
 -- name: log_leases_live
