@@ -585,6 +585,13 @@ CONTRACTS: tuple[C, ...] = (
     C("CLI-RENEW-EXPIRED-LEASE", "docs/protocol.md §2.7 / docs/decisions.md §7",
       "Renewing a live lease answers success: true; renewing one whose end has passed answers 200 "
       "success: false."),
+    C("CLI-RETRY-MESSAGE", "docs/protocol.md §2.9 / docs/decisions.md §7",
+      "POST /api/v1/messages/:partitionId/:transactionId/retry replays that message's dead letter as a new "
+      "message of its queue and removes the row; retrying an address with no dead letter is 404 "
+      "dlq_not_found."),
+    C("CLI-RETRY-SYNTHETIC-REFUSED", "docs/protocol.md §2.9 / docs/decisions.md §1",
+      "Retrying by address the dead letter of a timer that exhausted its attempts is refused 409 "
+      "dlq_replay_refused (reason synthetic_consumer_group) and the row stays."),
 )
 
 BY_ID: dict[str, C] = {c.id: c for c in CONTRACTS}

@@ -8,7 +8,7 @@ from urllib.parse import quote
 
 import pytest
 
-from conformance.client import expect, expect_error, uniq
+from conformance.client import expect, expect_error, poll, uniq
 
 contract = pytest.mark.contract
 
@@ -50,3 +50,49 @@ def test_renewing_an_expired_lease_answers_false(api):
     time.sleep(1.5)
     dead = expect(api.http.post(f"/api/v1/lease/{lease2}/extend"), 200)
     assert dead.get("success") is False, dead
+
+
+# ------------------------------------------------------------------------------ DLQ replay by address (item 4)
+
+def _dead_letter(api, q: str, payload) -> dict:
+    expect(api.configure(q, retryLimit=0), (200, 201))
+    expect(api.push(q, [payload]), (200, 201))
+    data = _pop_leased(api, q, batch=1)
+    m = data["messages"][0]
+    acked = expect(api.http.post("/api/v1/ack", json={
+        "transactionId": m["transactionId"], "partitionId": m["partitionId"], "leaseId": data["leaseId"],
+        "status": "failed", "error": "boom"}), 200)
+    assert (acked[0] if isinstance(acked, list) else acked).get("success") is True, acked
+    assert [r.get("transactionId") for r in api.dlq(q)] == [m["transactionId"]]
+    return m
+
+
+@contract("CLI-RETRY-MESSAGE")
+def test_retry_by_address_replays_the_dead_letter(api):
+    q = uniq("retry")
+    m = _dead_letter(api, q, {"n": 1})
+    path = f"/api/v1/messages/{m['partitionId']}/{m['transactionId']}/retry"
+    out = expect(api.http.post(path), 200)
+    assert out.get("replayed") is True, out
+    assert api.dlq(q) == []
+    got = api.pop(q)
+    assert [g["data"] for g in got] == [{"n": 1}], got
+    expect_error(api.http.post(path), 404, "dlq_not_found")
+
+
+@contract("CLI-RETRY-SYNTHETIC-REFUSED")
+def test_retry_by_address_refuses_a_timer_dead_letter(api, hooks):
+    q, k, txn = uniq("retry-t"), uniq("k"), uniq("txn")
+    expect(api.push(q, ["partition exists"]), (200, 201))
+    hooks.fail(q, 10_000, "permanent")
+    try:
+        api.schedule(q, k, delay_ms=0, txn=txn)
+        rows = poll(lambda: [m for m in api.dlq(q) if m.get("transactionId") == txn],
+                    timeout=api.target.fire_timeout * 2, what="the timer in its queue's DLQ")
+    finally:
+        hooks.release(q)
+    pid = rows[0].get("partitionId")
+    assert pid, rows[0]
+    expect_error(api.http.post(f"/api/v1/messages/{pid}/{txn}/retry"), 409, "dlq_replay_refused",
+                 "synthetic_consumer_group")
+    assert [m.get("transactionId") for m in api.dlq(q)].count(txn) == 1

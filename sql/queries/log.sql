@@ -132,6 +132,15 @@ SELECT d.id, d.queue, d.partition_id, d.partition, d.consumer_group, d.synthetic
 FROM queen_dlq d WHERE d.tenant = $1 AND d.id = $2
 FOR UPDATE;
 
+-- name: log_dlq_take_by_address
+-- The dead letters of one message address (partition id, transaction id), oldest first, locked: the
+-- official client's retry route names a message, not a DLQ row.
+SELECT d.id, d.queue, d.partition_id, d.partition, d.consumer_group, d.synthetic, d.message_id, d.txn,
+       d.trace_id, d.payload, d.codec, d.key_id, d.producer_sub
+FROM queen_dlq d WHERE d.tenant = $1 AND d.partition_id = $2 AND d.txn = $3
+ORDER BY d.created_at, d.id
+FOR UPDATE;
+
 -- name: log_dlq_delete
 DELETE FROM queen_dlq d WHERE d.tenant = $1 AND d.id = $2;
 
