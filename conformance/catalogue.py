@@ -592,6 +592,20 @@ CONTRACTS: tuple[C, ...] = (
     C("CLI-RETRY-SYNTHETIC-REFUSED", "docs/protocol.md §2.9 / docs/decisions.md §1",
       "Retrying by address the dead letter of a timer that exhausted its attempts is refused 409 "
       "dlq_replay_refused (reason synthetic_consumer_group) and the row stays."),
+    C("CLI-GROUPS-LIST-LAG", "docs/protocol.md §2.11",
+      "GET /api/v1/consumer-groups lists the tenant's groups with per-queue pending counts; /{group} shows "
+      "one (404 consumer_group_not_found otherwise); /lagging?minLagSeconds=N lists the (group, queue) pairs "
+      "whose oldest pending message is at least N seconds old. Another tenant sees none of them."),
+    C("CLI-GROUPS-SEEK", "docs/protocol.md §2.11",
+      "Seeking a group on a queue to the end makes everything pushed so far done for it; seeking to an "
+      "instant redelivers exactly the messages created at or after it; both or neither of toEnd/timestamp "
+      "is a 400; an unknown queue is a 404."),
+    C("CLI-GROUPS-DELETE", "docs/protocol.md §2.11",
+      "Deleting a group for one queue forgets its position there only (it reads that queue from the start "
+      "again); deleting it everywhere removes it from the listing."),
+    C("CLI-GROUPS-SUBSCRIPTION", "docs/protocol.md §2.11",
+      "Updating a group's subscription timestamp decides where it starts in partitions it has not read: "
+      "messages created before the instant are skipped there."),
 )
 
 BY_ID: dict[str, C] = {c.id: c for c in CONTRACTS}

@@ -96,3 +96,95 @@ def test_retry_by_address_refuses_a_timer_dead_letter(api, hooks):
     expect_error(api.http.post(f"/api/v1/messages/{pid}/{txn}/retry"), 409, "dlq_replay_refused",
                  "synthetic_consumer_group")
     assert [m.get("transactionId") for m in api.dlq(q)].count(txn) == 1
+
+
+# ------------------------------------------------------------------------------ consumer groups (item 2)
+
+CG = "/api/v1/consumer-groups"
+
+
+def _iso_now() -> str:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _group_pop(api, q: str, g: str, partition: str | None = None) -> list:
+    path = f"/api/v1/pop/queue/{quote(q, safe='')}" + (f"/partition/{quote(partition, safe='')}" if partition else "")
+    resp = api.http.get(path, params={"consumerGroup": g, "batch": "50", "wait": "false"})
+    if resp.status_code == 204:
+        return []
+    return [m["data"] for m in expect(resp, 200).get("messages") or []]
+
+
+def _ack_group(api, q: str, g: str) -> None:
+    resp = api.http.get(f"/api/v1/pop/queue/{quote(q, safe='')}", params={"consumerGroup": g, "batch": "50",
+                                                                        "wait": "false", "autoAck": "true"})
+    expect(resp, (200, 204))
+
+
+@contract("CLI-GROUPS-LIST-LAG")
+def test_groups_list_get_and_lagging(api, api_b):
+    q, g = uniq("cg"), uniq("g")
+    expect(api.push(q, [1, 2, 3]), (200, 201))
+    assert _group_pop(api, q, g) == [1, 2, 3]  # leased, not acked: all three pending
+    listing = expect(api.http.get(CG), 200)
+    mine = [x for x in listing["consumerGroups"] if x["name"] == g]
+    assert mine and mine[0]["pending"] == 3 and mine[0]["queues"][0]["queue"] == q, listing
+    one = expect(api.http.get(f"{CG}/{g}"), 200)
+    assert one["pending"] == 3, one
+    time.sleep(1.1)
+    lag = expect(api.http.get(f"{CG}/lagging", params={"minLagSeconds": "1"}), 200)
+    assert any(r["consumerGroup"] == g and r["lagSeconds"] >= 1 for r in lag["lagging"]), lag
+    lag = expect(api.http.get(f"{CG}/lagging", params={"minLagSeconds": "3600"}), 200)
+    assert not any(r["consumerGroup"] == g for r in lag["lagging"]), lag
+    # another tenant sees none of it
+    assert not [x for x in expect(api_b.http.get(CG), 200)["consumerGroups"] if x["name"] == g]
+    expect_error(api_b.http.get(f"{CG}/{g}"), 404, "consumer_group_not_found")
+
+
+@contract("CLI-GROUPS-SEEK")
+def test_groups_seek_to_end_and_timestamp(api):
+    q, g = uniq("cg-seek"), uniq("g")
+    expect(api.push(q, ["old"]), (200, 201))
+    time.sleep(0.3)
+    middle = _iso_now()
+    time.sleep(0.3)
+    expect(api.push(q, ["new"]), (200, 201))
+    expect(api.http.post(f"{CG}/{g}/queues/{q}/seek", json={"toEnd": True}), 200)
+    assert _group_pop(api, q, g) == []
+    expect(api.http.post(f"{CG}/{g}/queues/{q}/seek", json={"timestamp": middle}), 200)
+    assert _group_pop(api, q, g) == ["new"]
+    expect(api.http.post(f"{CG}/{g}/queues/{q}/seek", json={"timestamp": "2000-01-01T00:00:00Z"}), 200)
+    assert _group_pop(api, q, g) == ["old", "new"]
+    expect_error(api.http.post(f"{CG}/{g}/queues/{q}/seek", json={"toEnd": True, "timestamp": middle}), 400)
+    expect_error(api.http.post(f"{CG}/{g}/queues/{uniq('none')}/seek", json={"toEnd": True}), 404)
+
+
+@contract("CLI-GROUPS-DELETE")
+def test_groups_delete_for_one_queue_and_everywhere(api):
+    q1, q2, g = uniq("cg-del"), uniq("cg-del"), uniq("g")
+    for q in (q1, q2):
+        expect(api.push(q, [q]), (200, 201))
+        _ack_group(api, q, g)
+        assert _group_pop(api, q, g) == []
+    out = expect(api.http.delete(f"{CG}/{g}/queues/{q1}", params={"deleteMetadata": "true"}), 200)
+    assert out.get("deleted") is True, out
+    assert _group_pop(api, q1, g) == [q1]
+    assert _group_pop(api, q2, g) == []
+    expect(api.http.delete(f"{CG}/{g}", params={"deleteMetadata": "true"}), 200)
+    assert not [x for x in expect(api.http.get(CG), 200)["consumerGroups"] if x["name"] == g]
+
+
+@contract("CLI-GROUPS-SUBSCRIPTION")
+def test_groups_subscription_timestamp(api):
+    q, g = uniq("cg-sub"), uniq("g")
+    expect(api.push(q, ["p1"], partition="p1"), (200, 201))
+    assert _group_pop(api, q, g, "p1") == ["p1"]
+    expect(api.push(q, ["before"], partition="p2"), (200, 201))
+    time.sleep(0.3)
+    at = _iso_now()
+    time.sleep(0.3)
+    expect(api.http.post(f"{CG}/{g}/subscription", json={"subscriptionTimestamp": at}), 200)
+    expect(api.push(q, ["after"], partition="p2"), (200, 201))
+    assert _group_pop(api, q, g, "p2") == ["after"]

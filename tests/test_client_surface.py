@@ -76,3 +76,93 @@ async def test_retry_message_refuses_a_synthetic_timer_row(queen_client, broker)
     assert body["error"] == "dlq_replay_refused" and body["reason"] == "synthetic_consumer_group"
     assert (await queen_client.queue(q).dlq().limit(10).get())["total"] == 1
     assert await queen_client.queue(q).batch(5).wait(False).pop() == []
+
+
+# ------------------------------------------------------------------------------ consumer groups (item 2)
+
+def _group_in(listing: dict, name: str) -> dict | None:
+    return next((g for g in listing["consumerGroups"] if g["name"] == name), None)
+
+
+async def _pop_group(queen_client, q: str, g: str, partition: str | None = None) -> list:
+    qb = queen_client.queue(q)
+    if partition:
+        qb = qb.partition(partition)
+    return [m["data"] for m in await qb.group(g).batch(50).wait(False).pop()]
+
+
+async def test_group_list_get_lag_and_lagging(queen_client):
+    q, g = uniq("cs-g"), uniq("grp")
+    await queen_client.queue(q).create()
+    await queen_client.queue(q).push([{"data": i} for i in range(3)])
+    msgs = await queen_client.queue(q).group(g).batch(1).wait(False).pop()
+    await queen_client.ack(msgs, True, {"group": g})
+    listed = _group_in(await queen_client.admin.list_consumer_groups(), g)
+    assert listed is not None and listed["pending"] == 2
+    [row] = listed["queues"]
+    assert row["queue"] == q and row["pending"] == 2 and row["oldestPendingAt"]
+    one = await queen_client.admin.get_consumer_group(g)
+    assert one["name"] == g and one["pending"] == 2
+    await asyncio.sleep(1.1)
+    lag = await queen_client.admin.get_lagging_consumers(min_lag_seconds=1)
+    assert any(r["consumerGroup"] == g and r["queue"] == q and r["lagSeconds"] >= 1 for r in lag["lagging"])
+    lag = await queen_client.admin.get_lagging_consumers(min_lag_seconds=3600)
+    assert not any(r["consumerGroup"] == g for r in lag["lagging"])
+    assert (await queen_client.admin.refresh_consumer_stats())["refreshed"] is True
+    with pytest.raises(httpx.HTTPStatusError) as exc:
+        await queen_client.admin.get_consumer_group(uniq("nobody"))
+    assert exc.value.response.status_code == 404
+
+
+async def test_group_seek_to_end_and_to_timestamp(queen_client):
+    q, g = uniq("cs-seek"), uniq("grp")
+    await queen_client.queue(q).create()
+    await queen_client.queue(q).push([{"data": "old"}])
+    await asyncio.sleep(0.3)
+    from datetime import UTC, datetime
+    middle = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    await asyncio.sleep(0.3)
+    await queen_client.queue(q).push([{"data": "new"}])
+    out = await queen_client.admin.seek_consumer_group(g, q, {"toEnd": True})
+    assert out["success"] is True and out["partitions"][0]["pending"] == 0
+    assert await _pop_group(queen_client, q, g) == []
+    await queen_client.queue(q).push([{"data": "after"}])
+    assert await _pop_group(queen_client, q, g) == ["after"]
+    await queen_client.admin.seek_consumer_group(g, q, {"timestamp": middle})
+    assert await _pop_group(queen_client, q, g) == ["new", "after"]
+    await queen_client.admin.seek_consumer_group(g, q, {"timestamp": "2000-01-01T00:00:00Z"})
+    assert await _pop_group(queen_client, q, g) == ["old", "new", "after"]
+
+
+async def test_group_delete_for_queue_and_everywhere(queen_client):
+    q1, q2, g = uniq("cs-gd"), uniq("cs-gd"), uniq("grp")
+    for q in (q1, q2):
+        await queen_client.queue(q).create()
+        await queen_client.queue(q).push([{"data": q}])
+        msgs = await queen_client.queue(q).group(g).batch(5).wait(False).pop()
+        await queen_client.ack(msgs, True, {"group": g})
+        assert await _pop_group(queen_client, q, g) == []
+    out = await queen_client.admin.delete_consumer_group_for_queue(g, q1)
+    assert out["deleted"] is True and out["queues"] == [q1]
+    # the group forgot its position on q1 only: it reads q1 from the start again, q2 stays done
+    assert await _pop_group(queen_client, q1, g) == [q1]
+    assert await _pop_group(queen_client, q2, g) == []
+    out = await queen_client.delete_consumer_group(g)
+    assert out["deleted"] is True and sorted(out["queues"]) == sorted([q1, q2])
+    assert _group_in(await queen_client.admin.list_consumer_groups(), g) is None
+
+
+async def test_group_subscription_timestamp_governs_unread_partitions(queen_client):
+    q, g = uniq("cs-sub"), uniq("grp")
+    await queen_client.queue(q).create()
+    await queen_client.queue(q).partition("p1").push([{"data": "p1"}])
+    assert await _pop_group(queen_client, q, g, "p1") == ["p1"]
+    await queen_client.queue(q).partition("p2").push([{"data": "before"}])
+    await asyncio.sleep(0.3)
+    from datetime import UTC, datetime
+    now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    await asyncio.sleep(0.3)
+    out = await queen_client.update_consumer_group_timestamp(g, now)
+    assert out["success"] is True and out["queues"] == [q]
+    await queen_client.queue(q).partition("p2").push([{"data": "after"}])
+    assert await _pop_group(queen_client, q, g, "p2") == ["after"]

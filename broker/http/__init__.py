@@ -11,6 +11,7 @@ from broker.http import (
     admin_limits,
     admin_timers,
     console,
+    consumer_groups,
     health,
     kv,
     messages,
@@ -25,3 +26,4 @@ from broker.http import (
 
 ROUTE_MODULES = [health, metrics, admin, admin_limits, kv, usage, queues, messages, transactions]
 ROUTE_MODULES += [timers, admin_timers, test_hooks, console, openapi]
+ROUTE_MODULES += [consumer_groups]
