@@ -606,6 +606,10 @@ CONTRACTS: tuple[C, ...] = (
     C("CLI-GROUPS-SUBSCRIPTION", "docs/protocol.md §2.11",
       "Updating a group's subscription timestamp decides where it starts in partitions it has not read: "
       "messages created before the instant are skipped there."),
+    C("CLI-OPTION-REFUSED", "docs/protocol.md §2.1 / docs/decisions.md §7",
+      "A queue option the broker does not honour (priority, delayedProcessing, windowBuffer, maxSize, "
+      "retryDelay, maxWaitTimeSeconds) is refused at configure with 400 unsupported_queue_option naming it "
+      "when its value is not the default 0; the default is accepted."),
 )
 
 BY_ID: dict[str, C] = {c.id: c for c in CONTRACTS}

@@ -188,3 +188,14 @@ def test_groups_subscription_timestamp(api):
     expect(api.http.post(f"{CG}/{g}/subscription", json={"subscriptionTimestamp": at}), 200)
     expect(api.push(q, ["after"], partition="p2"), (200, 201))
     assert _group_pop(api, q, g, "p2") == ["after"]
+
+
+# ------------------------------------------------------------------------------ queue options (decisions §7)
+
+@contract("CLI-OPTION-REFUSED")
+def test_options_not_honoured_are_refused_naming_them(api):
+    for key in ("priority", "delayedProcessing", "windowBuffer", "maxSize", "retryDelay", "maxWaitTimeSeconds"):
+        q = uniq("opt")
+        data = expect_error(api.configure(q, **{key: 7}), 400, reason="unsupported_queue_option")
+        assert key in data["detail"], data
+        expect(api.configure(q, **{key: 0}), (200, 201))

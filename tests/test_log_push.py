@@ -129,14 +129,14 @@ def test_large_payload_stored_zstd_and_round_trips(http, broker, api):
 
 def test_configure_accepts_client_defaults_and_extras(http):
     q = uniq("cfg")
-    opts = dict(DEFAULTS, dlqAfterMaxRetries=True, retryDelay=1000, deadLetterQueue=True, maxWaitTimeSeconds=5,
+    opts = dict(DEFAULTS, dlqAfterMaxRetries=True, retryDelay=0, deadLetterQueue=True, maxWaitTimeSeconds=0,
                 leaseTime=30, retryLimit=5)
     r = http.post("/api/v1/configure", json={"queue": q, "namespace": "ns", "task": "tk", "options": opts})
     assert r.status_code == 200
     body = r.json()
     assert body["configured"] is True and body["options"]["leaseTime"] == 30 and body["options"]["retryLimit"] == 5
     got = http.get(f"/api/v1/resources/queues/{q}").json()
-    assert got["namespace"] == "ns" and got["options"]["retryDelay"] == 1000
+    assert got["namespace"] == "ns" and got["options"]["deadLetterQueue"] is True
     listed = http.get("/api/v1/resources/queues", params={"namespace": "ns"}).json()["queues"]
     assert q in [x["name"] for x in listed]
 
@@ -150,6 +150,16 @@ def test_configure_refuses_unknown_or_bad_options_naming_the_key(http, options, 
     r = http.post("/api/v1/configure", json={"queue": uniq("cfg"), "options": dict(DEFAULTS, **options)})
     assert r.status_code == 400
     assert r.json()["option"] == key and key in r.json()["detail"]
+
+
+@pytest.mark.parametrize("key", ["priority", "delayedProcessing", "windowBuffer", "maxSize", "retryDelay",
+                                 "maxWaitTimeSeconds"])
+def test_configure_refuses_options_it_does_not_honour_yet(http, key):
+    q = uniq("cfg")
+    r = http.post("/api/v1/configure", json={"queue": q, "options": dict(DEFAULTS, **{key: 5})})
+    assert r.status_code == 400
+    assert r.json()["reason"] == "unsupported_queue_option" and r.json()["option"] == key and key in r.json()["detail"]
+    assert http.get(f"/api/v1/resources/queues/{q}").status_code == 404
 
 
 def test_configure_encryption_without_keys_is_refused(http):
