@@ -610,6 +610,23 @@ CONTRACTS: tuple[C, ...] = (
       "A queue option the broker does not honour (priority, delayedProcessing, windowBuffer, maxSize, "
       "retryDelay, maxWaitTimeSeconds) is refused at configure with 400 unsupported_queue_option naming it "
       "when its value is not the default 0; the default is accepted."),
+    C("CLI-MON-RESOURCES", "docs/protocol.md §2.10",
+      "GET /api/v1/resources/overview, /namespaces, /tasks and /partitions?queue= report the tenant's own "
+      "queues, partitions and message counts (another tenant sees none of them)."),
+    C("CLI-MON-DEPTH", "docs/protocol.md §2.10",
+      "GET /api/v1/resources/queues/:q/depth[?group=] answers {queue, group, pending, partitionsPending, "
+      "conflation, effectivePending, partitions}; pending counts the messages the group (or, unnamed, the "
+      "worst cursor) has not done; an unknown queue is a 404."),
+    C("CLI-MON-STATUS", "docs/protocol.md §2.13",
+      "GET /api/v1/status, /status/queues, /status/queues/:q and /status/analytics answer the tenant's "
+      "figures (messages, dead letters per queue); system metrics need the admin grant (403 otherwise)."),
+    C("CLI-MON-MESSAGES", "docs/protocol.md §2.9",
+      "GET /api/v1/messages?queue= lists a queue's messages newest first with their state for the group "
+      "(pending, leased, completed) and filters by status; without a queue it is a 400; deleting a "
+      "message needs the admin grant."),
+    C("CLI-MON-DELETE-REFUSED", "docs/protocol.md §2.9 / docs/decisions.md §7",
+      "DELETE /api/v1/messages/:pid/:txn is refused 409 delete_refused (reason gapless_log) and the "
+      "message stays: a partition's offsets are gapless."),
 )
 
 BY_ID: dict[str, C] = {c.id: c for c in CONTRACTS}

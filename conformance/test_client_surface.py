@@ -119,7 +119,8 @@ def _group_pop(api, q: str, g: str, partition: str | None = None) -> list:
 
 def _ack_group(api, q: str, g: str) -> None:
     resp = api.http.get(f"/api/v1/pop/queue/{quote(q, safe='')}", params={"consumerGroup": g, "batch": "50",
-                                                                        "wait": "false", "autoAck": "true"})
+                                                                        "partitions": "100", "wait": "false",
+                                                                        "autoAck": "true"})
     expect(resp, (200, 204))
 
 
@@ -199,3 +200,84 @@ def test_options_not_honoured_are_refused_naming_them(api):
         data = expect_error(api.configure(q, **{key: 7}), 400, reason="unsupported_queue_option")
         assert key in data["detail"], data
         expect(api.configure(q, **{key: 0}), (200, 201))
+
+
+# ------------------------------------------------------------------------------ monitoring (item 3)
+
+@contract("CLI-MON-RESOURCES")
+def test_overview_namespaces_tasks_partitions(api, api_b):
+    ns, task, q = uniq("ns"), uniq("task"), uniq("mon")
+    expect(api.http.post("/api/v1/configure", json={"queue": q, "namespace": ns, "task": task, "options": {}}),
+           (200, 201))
+    expect(api.push(q, [1, 2], partition="a"), (200, 201))
+    expect(api.push(q, [3], partition="b"), (200, 201))
+    ov = expect(api.http.get("/api/v1/resources/overview"), 200)
+    assert ov["queues"] >= 1 and ov["messages"] >= 3, ov
+    nss = expect(api.http.get("/api/v1/resources/namespaces"), 200)["namespaces"]
+    assert [(n["queues"], n["messages"]) for n in nss if n["namespace"] == ns] == [(1, 3)], nss
+    tks = expect(api.http.get("/api/v1/resources/tasks"), 200)["tasks"]
+    assert [t["partitions"] for t in tks if t["task"] == task] == [2], tks
+    parts = expect(api.http.get("/api/v1/resources/partitions", params={"queue": q}), 200)["partitions"]
+    assert [(p["name"], p["messages"]) for p in parts] == [("a", 2), ("b", 1)], parts
+    assert not [n for n in expect(api_b.http.get("/api/v1/resources/namespaces"), 200)["namespaces"]
+                if n["namespace"] == ns]
+    assert expect(api_b.http.get("/api/v1/resources/partitions", params={"queue": q}), 200)["partitions"] == []
+
+
+@contract("CLI-MON-DEPTH")
+def test_queue_depth(api):
+    q, g = uniq("depth"), uniq("g")
+    expect(api.push(q, [1, 2, 3], partition="a"), (200, 201))
+    expect(api.push(q, [4], partition="b"), (200, 201))
+    d = expect(api.http.get(f"/api/v1/resources/queues/{q}/depth"), 200)
+    assert d["pending"] == 4 and d["partitionsPending"] == 2 and d["effectivePending"] == 4, d
+    assert d["conflation"] is False
+    _ack_group(api, q, g)
+    d = expect(api.http.get(f"/api/v1/resources/queues/{q}/depth", params={"group": g}), 200)
+    assert d["pending"] == 0 and d["group"] == g, d
+    expect_error(api.http.get(f"/api/v1/resources/queues/{uniq('none')}/depth"), 404)
+
+
+@contract("CLI-MON-STATUS")
+def test_status_and_queue_stats(api, admin):
+    q = uniq("stat")
+    expect(api.configure(q, retryLimit=0), (200, 201))
+    expect(api.push(q, [1, 2]), (200, 201))
+    _dead = _pop_leased(api, q, batch=1)
+    m = _dead["messages"][0]
+    expect(api.http.post("/api/v1/ack", json={"transactionId": m["transactionId"], "partitionId": m["partitionId"],
+                                              "leaseId": _dead["leaseId"], "status": "failed"}), 200)
+    st = expect(api.http.get("/api/v1/status"), 200)
+    assert st["deadLetters"] >= 1, st
+    rows = [r for r in expect(api.http.get("/api/v1/status/queues", params={"limit": "10000"}), 200)["queues"]
+            if r["name"] == q]
+    assert rows and rows[0]["messages"] == 2 and rows[0]["deadLetters"] == 1, rows
+    assert expect(api.http.get(f"/api/v1/status/queues/{q}"), 200)["deadLetters"] == 1
+    an = expect(api.http.get("/api/v1/status/analytics"), 200)
+    assert isinstance(an.get("periods"), list), an
+    assert expect(admin.api.http.get("/api/v1/analytics/system-metrics"), 200)["database"]["connections"] >= 1
+    expect_error(api.http.get("/api/v1/analytics/system-metrics"), 403)
+
+
+@contract("CLI-MON-MESSAGES")
+def test_list_messages_and_delete_refused(api):
+    q = uniq("list")
+    expect(api.push(q, [0, 1, 2]), (200, 201))
+    assert [m["data"] for m in api.pop(q, batch=1)] == [0]
+    msgs = expect(api.http.get("/api/v1/messages", params={"queue": q}), 200)["messages"]
+    assert [(m["data"], m["status"]) for m in msgs] == [(2, "pending"), (1, "pending"), (0, "completed")], msgs
+    pend = expect(api.http.get("/api/v1/messages", params={"queue": q, "status": "completed"}), 200)["messages"]
+    assert [m["data"] for m in pend] == [0]
+    expect_error(api.http.get("/api/v1/messages"), 400)
+    m = msgs[0]
+    expect_error(api.http.delete(f"/api/v1/messages/{m['partitionId']}/{m['transactionId']}"), 403)
+
+
+@contract("CLI-MON-DELETE-REFUSED")
+def test_delete_message_is_refused_loudly(admin):
+    q = uniq("del")
+    expect(admin.api.push(q, ["keep"]), (200, 201))
+    [m] = expect(admin.api.http.get("/api/v1/messages", params={"queue": q}), 200)["messages"]
+    path = f"/api/v1/messages/{m['partitionId']}/{m['transactionId']}"
+    expect_error(admin.api.http.delete(path), 409, "delete_refused", "gapless_log")
+    assert expect(admin.api.http.get(path), 200)["data"] == "keep"

@@ -191,3 +191,74 @@ async def test_dead_letter_queue_false_turns_the_dlq_off(queen_client):
     assert (await queen_client.ack(m, False, {"error": "x"}))["success"] is True
     assert (await queen_client.queue(q).dlq().limit(10).get())["total"] == 0
     assert await queen_client.queue(q).batch(1).wait(False).pop() == []
+
+
+# ------------------------------------------------------------------------------ monitoring (item 3)
+
+async def test_overview_namespaces_tasks_partitions_and_depth(queen_client):
+    ns, task = uniq("ns"), uniq("task")
+    q = uniq("cs-mon")
+    await queen_client.queue(q).namespace(ns).task(task).create()
+    await queen_client.queue(q).partition("a").push([{"data": i} for i in range(3)])
+    await queen_client.queue(q).partition("b").push([{"data": 9}])
+    before = await queen_client.admin.get_overview()
+    assert before["queues"] >= 1 and before["messages"] >= 4 and before["time"]
+    [nsrow] = [n for n in (await queen_client.admin.get_namespaces())["namespaces"] if n["namespace"] == ns]
+    assert nsrow["queues"] == 1 and nsrow["messages"] == 4 and nsrow["queueNames"] == [q]
+    [trow] = [t for t in (await queen_client.admin.get_tasks())["tasks"] if t["task"] == task]
+    assert trow["partitions"] == 2
+    parts = (await queen_client.admin.get_partitions(queue=q))["partitions"]
+    assert [(p["name"], p["messages"], p["lastOffset"]) for p in parts] == [("a", 3, 3), ("b", 1, 1)]
+    depth = await queen_client.admin.get_queue_depth(q)
+    assert depth["pending"] == 4 and depth["partitionsPending"] == 2 and depth["effectivePending"] == 4
+    assert depth["conflation"] is False
+    msgs = await queen_client.queue(q).partition("a").group("g").batch(2).wait(False).pop()
+    await queen_client.ack(msgs, True, {"group": "g"})
+    gd = await queen_client.admin.get_queue_depth(q, group="g")
+    assert gd["group"] == "g" and {p["partition"]: p["pending"] for p in gd["partitions"]} == {"a": 1, "b": 1}
+    # no group named: behind the worst cursor of any group (g's on a); b has no cursor, so all of it counts
+    assert (await queen_client.admin.get_queue_depth(q))["pending"] == 2
+    await queen_client.queue(q).partition("a").group("h").batch(1).wait(False).pop()  # h: a cursor at 0 on a
+    assert {p["partition"]: p["pending"] for p in (await queen_client.admin.get_queue_depth(q))["partitions"]} == {
+        "a": 3, "b": 1}
+
+
+async def test_status_queue_stats_detail_and_analytics(queen_client):
+    q = uniq("cs-stat")
+    await queen_client.queue(q).config({"retry_limit": 0}).create()
+    await queen_client.queue(q).push([{"data": 1}, {"data": 2}])
+    [m] = await queen_client.queue(q).batch(1).wait(False).pop()
+    await queen_client.ack(m, False, {"error": "no"})
+    st = await queen_client.admin.get_status()
+    assert st["status"] == "ok" and st["deadLetters"] >= 1
+    stats = await queen_client.admin.get_queue_stats(limit=10_000)
+    [row] = [r for r in stats["queues"] if r["name"] == q]
+    assert row["messages"] == 2 and row["deadLetters"] == 1 and row["pending"] == 1
+    detail = await queen_client.admin.get_queue_detail(q)
+    assert detail["name"] == q and detail["options"]["retryLimit"] == 0 and detail["deadLetters"] == 1
+    an = await queen_client.admin.get_analytics()
+    assert an["source"] == "meter" and an["periods"] and an["periods"][0]["messages"] >= 2
+    sysm = await queen_client.admin.get_system_metrics()
+    assert sysm["database"]["connections"] >= 1 and sysm["worker"]["pid"] > 0
+    wm = await queen_client.admin.get_worker_metrics()
+    assert len(wm["workers"]) == 1
+
+
+async def test_list_messages_with_state_and_delete_refused(queen_client):
+    q = uniq("cs-list")
+    await queen_client.queue(q).create()
+    await queen_client.queue(q).push([{"data": {"i": i}} for i in range(3)])
+    [first] = await queen_client.queue(q).batch(1).wait(False).pop()
+    await queen_client.ack(first, True)
+    listed = await queen_client.admin.list_messages(queue=q)
+    assert [m["data"]["i"] for m in listed["messages"]] == [2, 1, 0]
+    assert [m["status"] for m in listed["messages"]] == ["pending", "pending", "completed"]
+    pend = await queen_client.admin.list_messages(queue=q, status="pending", limit=1)
+    assert [m["data"]["i"] for m in pend["messages"]] == [2]
+    one = listed["messages"][0]
+    got = await queen_client.admin.get_message(one["partitionId"], one["transactionId"])
+    assert got["data"] == {"i": 2}
+    with pytest.raises(httpx.HTTPStatusError) as exc:
+        await queen_client.admin.delete_message(one["partitionId"], one["transactionId"])
+    assert exc.value.response.status_code == 409 and exc.value.response.json()["reason"] == "gapless_log"
+    assert (await queen_client.admin.get_message(one["partitionId"], one["transactionId"]))["data"] == {"i": 2}

@@ -26,4 +26,4 @@ from broker.http import (
 
 ROUTE_MODULES = [health, metrics, admin, admin_limits, kv, usage, queues, messages, transactions]
 ROUTE_MODULES += [timers, admin_timers, test_hooks, console, openapi]
-ROUTE_MODULES += [consumer_groups]
+ROUTE_MODULES += [consumer_groups, monitoring]
