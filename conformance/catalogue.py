@@ -627,6 +627,10 @@ CONTRACTS: tuple[C, ...] = (
     C("CLI-MON-DELETE-REFUSED", "docs/protocol.md §2.9 / docs/decisions.md §7",
       "DELETE /api/v1/messages/:pid/:txn is refused 409 delete_refused (reason gapless_log) and the "
       "message stays: a partition's offsets are gapless."),
+    C("CLI-TRACES", "docs/protocol.md §2.12",
+      "POST /api/v1/traces records an event about an existing message of the tenant (404 message_not_found "
+      "otherwise); it is read back per message, per trace name, and in the name listing; another tenant "
+      "sees none of it."),
 )
 
 BY_ID: dict[str, C] = {c.id: c for c in CONTRACTS}

@@ -281,3 +281,25 @@ def test_delete_message_is_refused_loudly(admin):
     path = f"/api/v1/messages/{m['partitionId']}/{m['transactionId']}"
     expect_error(admin.api.http.delete(path), 409, "delete_refused", "gapless_log")
     assert expect(admin.api.http.get(path), 200)["data"] == "keep"
+
+
+# ------------------------------------------------------------------------------ traces (item 5)
+
+@contract("CLI-TRACES")
+def test_traces_record_and_read(api, api_b):
+    q, name = uniq("trace"), uniq("flow")
+    expect(api.push(q, ["x"]), (200, 201))
+    m = _pop_leased(api, q)["messages"][0]
+    body = {"transactionId": m["transactionId"], "partitionId": m["partitionId"], "consumerGroup": "__QUEUE_MODE__",
+            "traceNames": [name], "eventType": "info", "data": {"step": 1}}
+    out = expect(api.http.post("/api/v1/traces", json=body), (200, 201))
+    assert not out.get("error"), out
+    got = expect(api.http.get(f"/api/v1/traces/{m['partitionId']}/{m['transactionId']}"), 200)["traces"]
+    assert [t["data"] for t in got] == [{"step": 1}], got
+    by = expect(api.http.get(f"/api/v1/traces/by-name/{name}"), 200)["traces"]
+    assert [t["transactionId"] for t in by] == [m["transactionId"]], by
+    names = expect(api.http.get("/api/v1/traces/names", params={"search": name}), 200)["names"]
+    assert [n["name"] for n in names] == [name], names
+    # another tenant neither reads them nor traces this message
+    assert expect(api_b.http.get(f"/api/v1/traces/by-name/{name}"), 200)["traces"] == []
+    expect_error(api_b.http.post("/api/v1/traces", json=body), 404, "message_not_found")

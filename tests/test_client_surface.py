@@ -1,9 +1,10 @@
-"""The official ``queen-mq`` 2.6.0 client's wider surface against our broker (issue 16): each call asserts
+"""The official ``queen-mq`` 2.6.0 client's wider surface against our broker: each call asserts
 its documented effect, not just that it did not raise."""
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import httpx
 import pytest
@@ -262,3 +263,36 @@ async def test_list_messages_with_state_and_delete_refused(queen_client):
         await queen_client.admin.delete_message(one["partitionId"], one["transactionId"])
     assert exc.value.response.status_code == 409 and exc.value.response.json()["reason"] == "gapless_log"
     assert (await queen_client.admin.get_message(one["partitionId"], one["transactionId"]))["data"] == {"i": 2}
+
+
+# ------------------------------------------------------------------------------ traces (item 5)
+
+async def test_message_trace_is_recorded_and_read_back(queen_client):
+    q, name = uniq("cs-trace"), uniq("order-flow")
+    await queen_client.queue(q).create()
+    await queen_client.queue(q).push([{"data": {"order": 1}}])
+    results: list = []
+
+    async def handler(msg):
+        m = msg[0] if isinstance(msg, list) else msg
+        results.append(await m["trace"]({"traceName": name, "data": {"step": "charged"}}))
+        results.append(await m["trace"]({"eventType": "error", "data": {"step": "retry"}}))
+        results.append(m)
+
+    await asyncio.wait_for(queen_client.queue(q).batch(1).limit(1).idle_millis(2000).consume(handler), 20)
+    ok1, ok2, m = results
+    assert ok1["success"] is True and ok1["recorded"] is True and ok2["success"] is True
+    got = await queen_client.admin.get_traces_for_message(m["partitionId"], m["transactionId"])
+    assert [(t["eventType"], t["data"]) for t in got["traces"]] == [("info", {"step": "charged"}),
+                                                                     ("error", {"step": "retry"})]
+    assert got["traces"][0]["consumerGroup"] == "__QUEUE_MODE__" and got["traces"][0]["traceNames"] == [name]
+    by = await queen_client.admin.get_traces_by_name(name)
+    assert [t["data"] for t in by["traces"]] == [{"step": "charged"}]
+    names = await queen_client.admin.get_trace_names(search=name)
+    assert names["names"] == [{"name": name, "traces": 1, "lastSeenAt": by["traces"][0]["createdAt"]}]
+
+
+async def test_trace_of_unknown_message_reports_failure(queen_client, ahttp):
+    r = await ahttp.post("/api/v1/traces", json={"transactionId": "nope", "partitionId": str(uuid.uuid4()),
+                                                 "consumerGroup": None, "traceNames": None, "data": {}})
+    assert r.status_code == 404 and r.json()["error"] == "message_not_found"

@@ -20,10 +20,11 @@ from broker.http import (
     queues,
     test_hooks,
     timers,
+    traces,
     transactions,
     usage,
 )
 
 ROUTE_MODULES = [health, metrics, admin, admin_limits, kv, usage, queues, messages, transactions]
 ROUTE_MODULES += [timers, admin_timers, test_hooks, console, openapi]
-ROUTE_MODULES += [consumer_groups, monitoring]
+ROUTE_MODULES += [consumer_groups, monitoring, traces]
