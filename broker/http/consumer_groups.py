@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from broker.app import broker, principal
+from broker.context import broker, principal
 from broker.errors import BadRequest
 from broker.http.wire import json_response, q_bool, q_int, read_object
 from broker.log import groups, parse

@@ -18,7 +18,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from broker import metering
-from broker.app import broker, principal
+from broker.context import broker, principal
 from broker.errors import BadRequest, Conflict
 from broker.http.wire import json_response, q_int
 from broker.log import monitor, parse

@@ -17,7 +17,7 @@ import uuid
 import orjson
 from aiohttp import web
 
-from broker.app import broker, principal
+from broker.context import broker, principal
 from broker.errors import BadRequest
 from broker.http.wire import json_response, q_int, read_object
 from broker.log import QUEUE_MODE, parse, traces

@@ -40,7 +40,8 @@ def _by_group(rows: list[Any]) -> list[dict[str, Any]]:
 
 async def _stats(b: Any, tenant: str, group: str | None, queue: str | None, min_lag: float | None) -> list[Any]:
     async with b.require_pool().acquire() as conn:
-        return await conn.fetch(Q.groups_stats, tenant, group, queue, min_lag)
+        rows: list[Any] = await conn.fetch(Q.groups_stats, tenant, group, queue, min_lag)
+    return rows
 
 
 async def list_groups(b: Any, tenant: str) -> dict[str, Any]:
