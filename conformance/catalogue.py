@@ -631,6 +631,12 @@ CONTRACTS: tuple[C, ...] = (
       "POST /api/v1/traces records an event about an existing message of the tenant (404 message_not_found "
       "otherwise); it is read back per message, per trace name, and in the name listing; another tenant "
       "sees none of it."),
+    C("CLI-FETCH", "docs/protocol.md §2.14",
+      "POST /api/v1/fetch answers one entry per requested entry, in order: the records from the 0-based "
+      "offset (offset, transactionId, payload, ts) with highWatermark and logStartOffset; an unknown "
+      "partition is UNKNOWN_TOPIC_OR_PARTITION, an offset past the high watermark OFFSET_OUT_OF_RANGE; "
+      "maxBytes still yields at least one record; a fetch consumes nothing; another tenant's partition is "
+      "unknown."),
 )
 
 BY_ID: dict[str, C] = {c.id: c for c in CONTRACTS}

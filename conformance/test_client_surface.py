@@ -303,3 +303,26 @@ def test_traces_record_and_read(api, api_b):
     # another tenant neither reads them nor traces this message
     assert expect(api_b.http.get(f"/api/v1/traces/by-name/{name}"), 200)["traces"] == []
     expect_error(api_b.http.post("/api/v1/traces", json=body), 404, "message_not_found")
+
+
+# ------------------------------------------------------------------------------ reads by offset (item 6)
+
+@contract("CLI-FETCH")
+def test_fetch_by_offset(api, api_b):
+    q = uniq("fetch")
+    expect(api.push(q, [0, 1, 2], partition="p"), (200, 201))
+    body = {"entries": [{"queue": q, "partition": "p", "offset": 1, "maxBytes": 1 << 20},
+                        {"queue": q, "partition": "nope", "offset": 0, "maxBytes": 1 << 20},
+                        {"queue": q, "partition": "p", "offset": 9, "maxBytes": 1 << 20}], "maxBytes": 1 << 20}
+    a, b, c = expect(api.http.post("/api/v1/fetch", json=body), 200)["entries"]
+    assert [(r["offset"], r["payload"]) for r in a["records"]] == [(1, 1), (2, 2)], a
+    assert a["highWatermark"] == 3 and a["logStartOffset"] == 0 and not a.get("error"), a
+    assert b.get("error") == "UNKNOWN_TOPIC_OR_PARTITION" and b["records"] == [], b
+    assert c.get("error") == "OFFSET_OUT_OF_RANGE", c
+    one = expect(api.http.post("/api/v1/fetch", json={"entries": [{"queue": q, "partition": "p", "offset": 0,
+                                                                   "maxBytes": 1}], "maxBytes": 1}), 200)
+    assert [r["offset"] for r in one["entries"][0]["records"]] == [0]
+    assert len(api.pop(q)) == 3, "a fetch does not consume"
+    other = expect(api_b.http.post("/api/v1/fetch", json=body), 200)["entries"][0]
+    assert other.get("error") == "UNKNOWN_TOPIC_OR_PARTITION", other
+    expect_error(api.http.post("/api/v1/fetch", json={"entries": []}), 400)

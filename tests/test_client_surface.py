@@ -296,3 +296,21 @@ async def test_trace_of_unknown_message_reports_failure(queen_client, ahttp):
     r = await ahttp.post("/api/v1/traces", json={"transactionId": "nope", "partitionId": str(uuid.uuid4()),
                                                  "consumerGroup": None, "traceNames": None, "data": {}})
     assert r.status_code == 404 and r.json()["error"] == "message_not_found"
+
+
+# ------------------------------------------------------------------------------ reads by offset (item 6)
+
+async def test_fetch_reads_a_partition_by_offset(queen_client):
+    q = uniq("cs-fetch")
+    await queen_client.queue(q).partition("p").push([{"data": {"i": i}} for i in range(5)])
+    got = await queen_client.queue(q).fetch("p")
+    p = got["p"]
+    assert [r["payload"] for r in p["records"]] == [{"i": i} for i in range(5)]
+    assert [r["offset"] for r in p["records"]] == [0, 1, 2, 3, 4]
+    assert p["highWatermark"] == 5 and p["logStartOffset"] == 0 and p["nextOffset"] == 5
+    tail = (await queen_client.queue(q).fetch("p", offsets={"p": 3}))["p"]
+    assert [r["payload"]["i"] for r in tail["records"]] == [3, 4]
+    # a fetch takes nothing from consumers: the queue still delivers all five
+    assert len(await queen_client.queue(q).partition("p").batch(10).wait(False).pop()) == 5
+    none = (await queen_client.queue(uniq("cs-none")).fetch("p"))["p"]
+    assert none["records"] == []

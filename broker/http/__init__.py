@@ -18,6 +18,7 @@ from broker.http import (
     metrics,
     openapi,
     queues,
+    reads,
     test_hooks,
     timers,
     traces,
@@ -27,4 +28,4 @@ from broker.http import (
 
 ROUTE_MODULES = [health, metrics, admin, admin_limits, kv, usage, queues, messages, transactions]
 ROUTE_MODULES += [timers, admin_timers, test_hooks, console, openapi]
-ROUTE_MODULES += [consumer_groups, monitoring, traces]
+ROUTE_MODULES += [consumer_groups, monitoring, traces, reads]
