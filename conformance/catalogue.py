@@ -637,6 +637,10 @@ CONTRACTS: tuple[C, ...] = (
       "partition is UNKNOWN_TOPIC_OR_PARTITION, an offset past the high watermark OFFSET_OUT_OF_RANGE; "
       "maxBytes still yields at least one record; a fetch consumes nothing; another tenant's partition is "
       "unknown."),
+    C("CLI-CHANGED-SINCE", "docs/protocol.md §2.14",
+      "POST /api/v1/partitions/changed lists a queue's partitions in creation order, paged by the `next` "
+      "cursor, only those written at or after `since`, with a safeTime that, passed back as `since`, shows "
+      "exactly the partitions written after it; safeTime strings compare in time order."),
 )
 
 BY_ID: dict[str, C] = {c.id: c for c in CONTRACTS}

@@ -326,3 +326,22 @@ def test_fetch_by_offset(api, api_b):
     other = expect(api_b.http.post("/api/v1/fetch", json=body), 200)["entries"][0]
     assert other.get("error") == "UNKNOWN_TOPIC_OR_PARTITION", other
     expect_error(api.http.post("/api/v1/fetch", json={"entries": []}), 400)
+
+
+@contract("CLI-CHANGED-SINCE")
+def test_partitions_changed_since(api):
+    q = uniq("changed")
+    expect(api.push(q, [1], partition="a"), (200, 201))
+    expect(api.push(q, [2], partition="b"), (200, 201))
+    first = expect(api.http.post("/api/v1/partitions/changed", json={"entries": [{"queue": q, "limit": 1}]}), 200)
+    page = first["entries"][0]
+    assert [p["name"] for p in page["partitions"]] == ["a"] and page.get("next"), first
+    second = expect(api.http.post("/api/v1/partitions/changed",
+                                  json={"entries": [{"queue": q, "limit": 1, "after": page["next"]}]}), 200)
+    assert [p["name"] for p in second["entries"][0]["partitions"]] == ["b"], second
+    time.sleep(0.05)
+    expect(api.push(q, [3], partition="b"), (200, 201))
+    later = expect(api.http.post("/api/v1/partitions/changed",
+                                 json={"entries": [{"queue": q, "limit": 100, "since": first["safeTime"]}]}), 200)
+    assert [p["name"] for p in later["entries"][0]["partitions"]] == ["b"], later
+    assert later["safeTime"] >= first["safeTime"]

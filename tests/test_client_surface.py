@@ -314,3 +314,18 @@ async def test_fetch_reads_a_partition_by_offset(queen_client):
     assert len(await queen_client.queue(q).partition("p").batch(10).wait(False).pop()) == 5
     none = (await queen_client.queue(uniq("cs-none")).fetch("p"))["p"]
     assert none["records"] == []
+
+
+async def test_changed_since_lists_written_partitions_with_a_safe_time(queen_client):
+    q = uniq("cs-changed")
+    await queen_client.queue(q).partition("a").push([{"data": 1}])
+    await queen_client.queue(q).partition("b").push([{"data": 2}, {"data": 3}])
+    first = await queen_client.queue(q).changed_since()
+    assert [(p["name"], p["lastOffset"]) for p in first["partitions"]] == [("a", 0), ("b", 1)]
+    assert first["safeTime"]
+    await asyncio.sleep(0.05)
+    await queen_client.queue(q).partition("b").push([{"data": 4}])
+    later = await queen_client.queue(q).changed_since(first["safeTime"])
+    assert [(p["name"], p["lastOffset"]) for p in later["partitions"]] == [("b", 2)]
+    assert later["safeTime"] >= first["safeTime"]
+    assert (await queen_client.queue(uniq("cs-none")).changed_since())["partitions"] == []

@@ -48,5 +48,38 @@ async def fetch(request: web.Request) -> web.Response:
     return json_response(await reads.fetch(broker(request), p.tenant, entries, max_bytes))
 
 
+CHANGED_KEYS = frozenset({"queue", "limit", "since", "after"})
+
+
+async def changed(request: web.Request) -> web.Response:
+    """``POST /api/v1/partitions/changed`` ``{"entries": [{"queue", "limit", "since"?, "after"?}]}`` →
+    ``{"safeTime", "entries": [{"partitions": [{"name", "id", "lastOffset", "logStart", "lastWriteAt"}],
+    "next"?}]}``: partitions written at or after ``since``, in creation order, paged by ``after``."""
+    p = principal(request)
+    p.require("consume")
+    body = await read_object(request)
+    raw = body.get("entries")
+    if not isinstance(raw, list) or not raw or len(raw) > 64:
+        raise BadRequest("bad_changed", "entries must be an array of 1..64 entries")
+    entries = []
+    for i, e in enumerate(raw):
+        if not isinstance(e, dict):
+            raise BadRequest("bad_changed", f"entries[{i}] must be an object")
+        for key in e:
+            if key not in CHANGED_KEYS:
+                raise BadRequest("unknown_field", f"entries[{i}].{key} is not a field here", extra={"field": key})
+        since = e.get("since")
+        if since is not None and not isinstance(since, str):
+            raise BadRequest("bad_timestamp", f"entries[{i}].since must be an ISO-8601 string")
+        after = e.get("after")
+        entries.append(reads.ChangedEntry(
+            parse.name(e.get("queue"), f"entries[{i}].queue"),
+            parse.timestamp(since, f"entries[{i}].since") if since else None,
+            parse.parse_uuid(after, f"entries[{i}].after") if after is not None else None,
+            min(_int(e.get("limit", 1000), f"entries[{i}].limit", 1), 1000)))
+    return json_response(await reads.changed(broker(request), p.tenant, entries))
+
+
 def setup(app: web.Application) -> None:
     app.router.add_post("/api/v1/fetch", fetch)
+    app.router.add_post("/api/v1/partitions/changed", changed)

@@ -3,7 +3,9 @@ watermark and log start, without a consumer group, a lease or a cursor. One stat
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -64,3 +66,32 @@ async def fetch(b: Any, tenant: str, entries: list[FetchEntry], max_bytes: int) 
             budget -= size
         out.append(entry)
     return {"entries": out}
+
+
+@dataclass(frozen=True)
+class ChangedEntry:
+    queue: str
+    since: datetime | None
+    after: uuid.UUID | None
+    limit: int
+
+
+async def changed(b: Any, tenant: str, entries: list[ChangedEntry]) -> dict[str, Any]:
+    out: list[dict[str, Any]] = []
+    safe: datetime | None = None
+    async with b.require_pool().acquire() as conn:
+        for e in entries:
+            rows = await conn.fetch(Q.reads_changed, tenant, e.queue, e.since, e.after, e.limit + 1)
+            more = len(rows) > e.limit
+            rows = rows[: e.limit]
+            item: dict[str, Any] = {"partitions": [
+                {"name": r["name"], "id": str(r["id"]), "lastOffset": int(r["last_offset"]),
+                 "logStart": int(r["log_start"]), "lastWriteAt": render.ts(r["last_push_at"])} for r in rows]}
+            if more:
+                item["next"] = str(rows[-1]["id"])
+            out.append(item)
+            for r in rows:
+                safe = r["safe_time"] if safe is None else min(safe, r["safe_time"])
+        if safe is None:
+            safe = await conn.fetchval(Q.reads_now)
+    return {"safeTime": render.ts(safe), "entries": out}
