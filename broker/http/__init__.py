@@ -16,6 +16,7 @@ from broker.http import (
     kv,
     messages,
     metrics,
+    monitoring,
     openapi,
     queues,
     reads,

@@ -87,5 +87,5 @@ def setup(app: web.Application) -> None:
     r = app.router
     r.add_post("/api/v1/traces", record)
     r.add_get("/api/v1/traces/names", names)
-    r.add_get("/api/v1/traces/by-name/{name}", by_name)
-    r.add_get("/api/v1/traces/{pid}/{txn}", for_message)
+    r.add_get("/api/v1/traces/by-name/{name:[^/]+}", by_name)
+    r.add_get("/api/v1/traces/{pid:[^/]+}/{txn:[^/]+}", for_message)
