@@ -691,10 +691,9 @@ INFORMATIVE: tuple[tuple[str, str], ...] = (
 # Sentences of the README's "Message log" section that carry no id, and why (same audit as above).
 INFORMATIVE_LOG: tuple[tuple[str, str], ...] = (
     ("Code: broker/log/ ..., sql/migrations/0010-0016_log_*.sql ...", "where our code lives, not wire behaviour"),
-    ("Configure ... the others are validated and stored but not acted on.",
-     "stored-not-enforced options have no behaviour to catch; LOG-CONFIGURE checks the option set"),
-    ("DELETE /api/v1/resources/queues/{queue} ... 404 queue_not_found", "needs the admin grant on tenant A's "
-     "queues; deleting is destructive for a shared target (kept out of the suite)"),
+    ("DELETE /api/v1/resources/queues/{queue} ... 200 {deleted: true}", "needs the admin grant on tenant A's "
+     "queues; deleting is destructive for a shared target (the missing-queue answer is CLI-DELETE-MISSING-QUEUE, "
+     "on the operator's own tenant)"),
     ("partitions (how many partitions one pop may claim, default 1, all under one leaseId)",
      "not yet catalogued: a multi-partition pop's shared lease"),
     ("other unknown parameters (autopilot, frames, ...) are ignored", "tolerance, not a promise a client relies on"),
