@@ -578,6 +578,69 @@ CONTRACTS: tuple[C, ...] = (
       "No 500 for anything a client can send (a battery of garbage requests to every surface)."),
     C("ENV-UNAUTHENTICATED", "auth / errors.py",
       "With authentication on, a request without a credential is 401 in the envelope."),
+    # ---------------------------------------------------------------- the official client's surface (docs/decisions.md §7)
+    C("CLI-DELETE-MISSING-QUEUE", "docs/protocol.md §2.2 / docs/decisions.md §7",
+      "Deleting a queue that does not exist answers 200 {deleted: false} without error; deleting one that "
+      "exists answers deleted: true."),
+    C("CLI-RENEW-EXPIRED-LEASE", "docs/protocol.md §2.7 / docs/decisions.md §7",
+      "Renewing a live lease answers success: true; renewing one whose end has passed answers 200 "
+      "success: false."),
+    C("CLI-RETRY-MESSAGE", "docs/protocol.md §2.9 / docs/decisions.md §7",
+      "POST /api/v1/messages/:partitionId/:transactionId/retry replays that message's dead letter as a new "
+      "message of its queue and removes the row; retrying an address with no dead letter is 404 "
+      "dlq_not_found."),
+    C("CLI-RETRY-SYNTHETIC-REFUSED", "docs/protocol.md §2.9 / docs/decisions.md §1",
+      "Retrying by address the dead letter of a timer that exhausted its attempts is refused 409 "
+      "dlq_replay_refused (reason synthetic_consumer_group) and the row stays."),
+    C("CLI-GROUPS-LIST-LAG", "docs/protocol.md §2.11",
+      "GET /api/v1/consumer-groups lists the tenant's groups with per-queue pending counts; /{group} shows "
+      "one (404 consumer_group_not_found otherwise); /lagging?minLagSeconds=N lists the (group, queue) pairs "
+      "whose oldest pending message is at least N seconds old. Another tenant sees none of them."),
+    C("CLI-GROUPS-SEEK", "docs/protocol.md §2.11",
+      "Seeking a group on a queue to the end makes everything pushed so far done for it; seeking to an "
+      "instant redelivers exactly the messages created at or after it; both or neither of toEnd/timestamp "
+      "is a 400; an unknown queue is a 404."),
+    C("CLI-GROUPS-DELETE", "docs/protocol.md §2.11",
+      "Deleting a group for one queue forgets its position there only (it reads that queue from the start "
+      "again); deleting it everywhere removes it from the listing."),
+    C("CLI-GROUPS-SUBSCRIPTION", "docs/protocol.md §2.11",
+      "Updating a group's subscription timestamp decides where it starts in partitions it has not read: "
+      "messages created before the instant are skipped there."),
+    C("CLI-OPTION-REFUSED", "docs/protocol.md §2.1 / docs/decisions.md §7",
+      "A queue option the broker does not honour (priority, delayedProcessing, windowBuffer, maxSize, "
+      "retryDelay, maxWaitTimeSeconds) is refused at configure with 400 unsupported_queue_option naming it "
+      "when its value is not the default 0; the default is accepted."),
+    C("CLI-MON-RESOURCES", "docs/protocol.md §2.10",
+      "GET /api/v1/resources/overview, /namespaces, /tasks and /partitions?queue= report the tenant's own "
+      "queues, partitions and message counts (another tenant sees none of them)."),
+    C("CLI-MON-DEPTH", "docs/protocol.md §2.10",
+      "GET /api/v1/resources/queues/:q/depth[?group=] answers {queue, group, pending, partitionsPending, "
+      "conflation, effectivePending, partitions}; pending counts the messages the group (or, unnamed, the "
+      "worst cursor) has not done; an unknown queue is a 404."),
+    C("CLI-MON-STATUS", "docs/protocol.md §2.13",
+      "GET /api/v1/status, /status/queues, /status/queues/:q and /status/analytics answer the tenant's "
+      "figures (messages, dead letters per queue); system metrics need the admin grant (403 otherwise)."),
+    C("CLI-MON-MESSAGES", "docs/protocol.md §2.9",
+      "GET /api/v1/messages?queue= lists a queue's messages newest first with their state for the group "
+      "(pending, leased, completed) and filters by status; without a queue it is a 400; deleting a "
+      "message needs the admin grant."),
+    C("CLI-MON-DELETE-REFUSED", "docs/protocol.md §2.9 / docs/decisions.md §7",
+      "DELETE /api/v1/messages/:pid/:txn is refused 409 delete_refused (reason gapless_log) and the "
+      "message stays: a partition's offsets are gapless."),
+    C("CLI-TRACES", "docs/protocol.md §2.12",
+      "POST /api/v1/traces records an event about an existing message of the tenant (404 message_not_found "
+      "otherwise); it is read back per message, per trace name, and in the name listing; another tenant "
+      "sees none of it."),
+    C("CLI-FETCH", "docs/protocol.md §2.14",
+      "POST /api/v1/fetch answers one entry per requested entry, in order: the records from the 0-based "
+      "offset (offset, transactionId, payload, ts) with highWatermark and logStartOffset; an unknown "
+      "partition is UNKNOWN_TOPIC_OR_PARTITION, an offset past the high watermark OFFSET_OUT_OF_RANGE; "
+      "maxBytes still yields at least one record; a fetch consumes nothing; another tenant's partition is "
+      "unknown."),
+    C("CLI-CHANGED-SINCE", "docs/protocol.md §2.14",
+      "POST /api/v1/partitions/changed lists a queue's partitions in creation order, paged by the `next` "
+      "cursor, only those written at or after `since`, with a safeTime that, passed back as `since`, shows "
+      "exactly the partitions written after it; safeTime strings compare in time order."),
 )
 
 BY_ID: dict[str, C] = {c.id: c for c in CONTRACTS}
@@ -628,10 +691,9 @@ INFORMATIVE: tuple[tuple[str, str], ...] = (
 # Sentences of the README's "Message log" section that carry no id, and why (same audit as above).
 INFORMATIVE_LOG: tuple[tuple[str, str], ...] = (
     ("Code: broker/log/ ..., sql/migrations/0010-0016_log_*.sql ...", "where our code lives, not wire behaviour"),
-    ("Configure ... the others are validated and stored but not acted on.",
-     "stored-not-enforced options have no behaviour to catch; LOG-CONFIGURE checks the option set"),
-    ("DELETE /api/v1/resources/queues/{queue} ... 404 queue_not_found", "needs the admin grant on tenant A's "
-     "queues; deleting is destructive for a shared target (kept out of the suite)"),
+    ("DELETE /api/v1/resources/queues/{queue} ... 200 {deleted: true}", "needs the admin grant on tenant A's "
+     "queues; deleting is destructive for a shared target (the missing-queue answer is CLI-DELETE-MISSING-QUEUE, "
+     "on the operator's own tenant)"),
     ("partitions (how many partitions one pop may claim, default 1, all under one leaseId)",
      "not yet catalogued: a multi-partition pop's shared lease"),
     ("other unknown parameters (autopilot, frames, ...) are ignored", "tolerance, not a promise a client relies on"),

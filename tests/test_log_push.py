@@ -129,14 +129,14 @@ def test_large_payload_stored_zstd_and_round_trips(http, broker, api):
 
 def test_configure_accepts_client_defaults_and_extras(http):
     q = uniq("cfg")
-    opts = dict(DEFAULTS, dlqAfterMaxRetries=True, retryDelay=1000, deadLetterQueue=True, maxWaitTimeSeconds=5,
+    opts = dict(DEFAULTS, dlqAfterMaxRetries=True, retryDelay=0, deadLetterQueue=True, maxWaitTimeSeconds=0,
                 leaseTime=30, retryLimit=5)
     r = http.post("/api/v1/configure", json={"queue": q, "namespace": "ns", "task": "tk", "options": opts})
     assert r.status_code == 200
     body = r.json()
     assert body["configured"] is True and body["options"]["leaseTime"] == 30 and body["options"]["retryLimit"] == 5
     got = http.get(f"/api/v1/resources/queues/{q}").json()
-    assert got["namespace"] == "ns" and got["options"]["retryDelay"] == 1000
+    assert got["namespace"] == "ns" and got["options"]["deadLetterQueue"] is True
     listed = http.get("/api/v1/resources/queues", params={"namespace": "ns"}).json()["queues"]
     assert q in [x["name"] for x in listed]
 
@@ -152,12 +152,22 @@ def test_configure_refuses_unknown_or_bad_options_naming_the_key(http, options, 
     assert r.json()["option"] == key and key in r.json()["detail"]
 
 
+@pytest.mark.parametrize("key", ["priority", "delayedProcessing", "windowBuffer", "maxSize", "retryDelay",
+                                 "maxWaitTimeSeconds"])
+def test_configure_refuses_options_it_does_not_honour_yet(http, key):
+    q = uniq("cfg")
+    r = http.post("/api/v1/configure", json={"queue": q, "options": dict(DEFAULTS, **{key: 5})})
+    assert r.status_code == 400
+    assert r.json()["reason"] == "unsupported_queue_option" and r.json()["option"] == key and key in r.json()["detail"]
+    assert http.get(f"/api/v1/resources/queues/{q}").status_code == 404
+
+
 def test_configure_encryption_without_keys_is_refused(http):
     r = http.post("/api/v1/configure", json={"queue": uniq("enc"), "options": dict(DEFAULTS, encryptionEnabled=True)})
     assert r.status_code == 400 and r.json()["reason"] == "encryption_unavailable"
 
 
-def test_delete_queue_and_delete_of_missing_queue_is_404(http, api):
+def test_delete_queue_and_delete_of_missing_queue_answers_deleted_false(http, api):
     q = uniq("del")
     api.push_items([{"queue": q, "payload": 1}])
     assert http.get(f"/api/v1/resources/queues/{q}").json()["partitions"][0]["messages"] == 1
@@ -165,8 +175,7 @@ def test_delete_queue_and_delete_of_missing_queue_is_404(http, api):
     assert r.status_code == 200 and r.json() == {"deleted": True, "queue": q}
     assert http.get(f"/api/v1/pop/queue/{q}?wait=false").status_code == 204
     r = http.delete(f"/api/v1/resources/queues/{q}")
-    assert r.status_code == 404
-    assert r.json()["error"] == "queue_not_found"
+    assert r.status_code == 200 and r.json() == {"deleted": False, "queue": q}
     assert http.get(f"/api/v1/resources/queues/{q}").status_code == 404
 
 

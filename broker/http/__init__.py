@@ -11,17 +11,22 @@ from broker.http import (
     admin_limits,
     admin_timers,
     console,
+    consumer_groups,
     health,
     kv,
     messages,
     metrics,
+    monitoring,
     openapi,
     queues,
+    reads,
     test_hooks,
     timers,
+    traces,
     transactions,
     usage,
 )
 
 ROUTE_MODULES = [health, metrics, admin, admin_limits, kv, usage, queues, messages, transactions]
 ROUTE_MODULES += [timers, admin_timers, test_hooks, console, openapi]
+ROUTE_MODULES += [consumer_groups, monitoring, traces, reads]

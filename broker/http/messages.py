@@ -158,6 +158,23 @@ async def dlq_replay(request: web.Request) -> web.Response:
     return json_response(await catalog.dlq_replay(broker(request), p, dlq_id))
 
 
+async def message_retry(request: web.Request) -> web.Response:
+    """``admin.retry_message``: replay the dead letter of the message at this address."""
+    p = principal(request)
+    p.require("produce")
+    await read_object(request, allow_empty=True)
+    pid, txn = _address(request)
+    return json_response(await catalog.dlq_retry_message(broker(request), p, pid, txn))
+
+
+def _address(request: web.Request) -> tuple[uuid.UUID, str]:
+    try:
+        pid = uuid.UUID(request.match_info["pid"])
+    except ValueError:
+        raise BadRequest("bad_uuid", "the partition id is not a UUID") from None
+    return pid, parse.txn_id(request.match_info["txn"], "transactionId")
+
+
 async def lookup(request: web.Request) -> web.Response:
     p = principal(request)
     p.require("consume")
@@ -169,11 +186,7 @@ async def lookup(request: web.Request) -> web.Response:
 async def message_get(request: web.Request) -> web.Response:
     p = principal(request)
     p.require("consume")
-    try:
-        pid = uuid.UUID(request.match_info["pid"])
-    except ValueError:
-        raise BadRequest("bad_uuid", "the partition id is not a UUID") from None
-    txn = parse.txn_id(request.match_info["txn"], "transactionId")
+    pid, txn = _address(request)
     return json_response(await catalog.message_get(broker(request), p.tenant, pid, txn))
 
 
@@ -190,3 +203,4 @@ def setup(app: web.Application) -> None:
     r.add_post("/api/v1/dlq/{id}/replay", dlq_replay)
     r.add_get("/api/v1/messages/lookup", lookup)
     r.add_get("/api/v1/messages/{pid}/{txn:[^/]+}", message_get)
+    r.add_post("/api/v1/messages/{pid}/{txn:[^/]+}/retry", message_retry)

@@ -70,9 +70,9 @@ async def get_queue(b: Broker, tenant: str, queue: str, partition_limit: int) ->
 async def delete_queue(b: Broker, tenant: str, queue: str) -> dict[str, Any]:
     async with b.require_pool().acquire() as conn, conn.transaction():
         gone = await conn.fetchval(Q.log_queue_delete, tenant, queue)
-    if gone is None:
-        raise queue_not_found(queue)
-    return {"deleted": True, "queue": queue}
+    # A queue that does not exist answers 200 deleted:false, as the official client expects: clean-up
+    # code that deletes unconditionally must not raise (docs/decisions.md §7).
+    return {"deleted": gone is not None, "queue": queue}
 
 
 def _dlq_row(b: Broker, tenant: str, r: Any) -> dict[str, Any]:
@@ -123,27 +123,57 @@ async def dlq_replay(b: Broker, principal: Principal, dlq_id: uuid.UUID) -> dict
         r = await conn.fetchrow(Q.log_dlq_take, principal.tenant, dlq_id)
         if r is None:
             raise NotFound("dlq_not_found", f"no dead letter {dlq_id}", code="dlq_not_found")
-        if r["synthetic"]:
-            raise Conflict(
-                "synthetic_consumer_group",
-                "this dead letter never had a consumer group (a timer that exhausted its fire attempts): its offset "
-                "is not a position in any group, so it cannot be replayed; schedule a new timer instead",
-                code="dlq_replay_refused",
+        return await _replay(conn, principal, r)
+
+
+async def dlq_retry_message(b: Any, principal: Any, pid: uuid.UUID, txn: str) -> dict[str, Any]:
+    """The official client's ``admin.retry_message``: replay the dead letter of the message at
+    (partition id, transaction id). When several consumer groups dead-lettered the same message the
+    address is ambiguous (each replay would be a new message): refused with the rows' ids, to be
+    replayed one by one with ``POST /api/v1/dlq/{id}/replay``."""
+    async with b.require_pool().acquire() as conn, conn.transaction():
+        rows = await conn.fetch(Q.log_dlq_take_by_address, principal.tenant, pid, txn)
+        if not rows:
+            raise NotFound(
+                "dlq_not_found", "no dead letter for this partition id and transaction id", code="dlq_not_found",
+                extra={"partitionId": str(pid), "transactionId": txn},
             )
-        if r["payload"] is None or r["partition"] is None:
-            raise Conflict("no_payload", "this dead letter carries no stored message to replay", code="dlq_replay_refused")
-        txn = replay_txn(r["txn"], dlq_id)
-        mid = uuid7()
-        rows = await conn.fetch(
-            Q.log_push, principal.tenant, [], [r["queue"]], [r["partition"]], [mid], [txn], [r["trace_id"]],
-            [r["payload"]], [r["codec"]], [r["key_id"]], [r["producer_sub"]], [None],
+        if len(rows) > 1:
+            raise Conflict(
+                "ambiguous_dead_letter",
+                f"{len(rows)} consumer groups dead-lettered this message; replay one row with POST /api/v1/dlq/{{id}}/replay",
+                code="dlq_replay_refused",
+                extra={"dlqIds": [str(r["id"]) for r in rows], "consumerGroups": [r["consumer_group"] for r in rows]},
+            )
+        return await _replay(conn, principal, rows[0])
+
+
+async def _replay(conn: Any, principal: Any, r: Any) -> dict[str, Any]:
+    """Push a NEW message carrying the dead letter's stored bytes and delete the row, in the caller's
+    transaction. A synthetic row (a timer that exhausted its fire attempts) is refused."""
+    dlq_id = r["id"]
+    if r["synthetic"]:
+        raise Conflict(
+            "synthetic_consumer_group",
+            "this dead letter never had a consumer group (a timer that exhausted its fire attempts): its offset "
+            "is not a position in any group, so it cannot be replayed; schedule a new timer instead",
+            code="dlq_replay_refused",
         )
-        await conn.execute(Q.log_dlq_delete, principal.tenant, dlq_id)
+    if r["payload"] is None or r["partition"] is None:
+        raise Conflict("no_payload", "this dead letter carries no stored message to replay", code="dlq_replay_refused")
+    txn = replay_txn(r["txn"], dlq_id)
+    mid = uuid7()
+    rows = await conn.fetch(
+        Q.log_push, principal.tenant, [], [r["queue"]], [r["partition"]], [mid], [txn], [r["trace_id"]],
+        [r["payload"]], [r["codec"]], [r["key_id"]], [r["producer_sub"]], [None],
+    )
+    await conn.execute(Q.log_dlq_delete, principal.tenant, dlq_id)
     row = rows[0]
     if row["status"] == "queued":
         MESSAGES_PUSHED.labels("dlq_replay").inc()
     return {
         "replayed": True,
+        "success": True,
         "dlqId": str(dlq_id),
         "queue": r["queue"],
         "partition": r["partition"],
@@ -151,6 +181,7 @@ async def dlq_replay(b: Broker, principal: Principal, dlq_id: uuid.UUID) -> dict
         "messageId": str(row["message_id"]),
         "transactionId": txn,
         "originalMessageId": str(r["message_id"]),
+        "originalTransactionId": r["txn"],
         "status": row["status"],
     }
 

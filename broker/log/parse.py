@@ -32,6 +32,11 @@ OPTION_INT = {"leaseTime": (1, 86_400 * 30), "retryLimit": (0, 1_000), "priority
               "maxSize": (0, 2**62), "retentionSeconds": (0, 2**31), "completedRetentionSeconds": (0, 2**31),
               "retryDelay": (0, 86_400_000), "maxWaitTimeSeconds": (0, 86_400 * 365)}
 OPTION_BOOL = ("encryptionEnabled", "dlqAfterMaxRetries", "deadLetterQueue")
+# Options the client sends that this broker does not act on yet: their default (0) is accepted, any other
+# value is refused with 400 unsupported_queue_option naming the option, never stored and ignored
+# (docs/decisions.md §7).
+UNSUPPORTED_UNLESS_ZERO = ("priority", "delayedProcessing", "windowBuffer", "maxSize", "retryDelay",
+                           "maxWaitTimeSeconds")
 ACK_STATUSES = frozenset({"completed", "success", "failed", "retry", "dlq"})
 
 
@@ -185,6 +190,12 @@ def queue_options(raw: Any, current: QueueOptions | None = None) -> QueueOptions
             lo, hi = OPTION_INT[key]
             if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
                 raise BadRequest("bad_option", f"options.{key} must be an integer in [{lo}, {hi}]", extra={"option": key})
+            if key in UNSUPPORTED_UNLESS_ZERO and value != 0:
+                raise BadRequest(
+                    "unsupported_queue_option",
+                    f"options.{key}={value} is not honoured by this broker yet; send 0 (the default) or leave it out",
+                    extra={"option": key},
+                )
             if key == "leaseTime":
                 lease = value
             elif key == "retryLimit":
@@ -199,7 +210,11 @@ def queue_options(raw: Any, current: QueueOptions | None = None) -> QueueOptions
             elif key == "dlqAfterMaxRetries":
                 dlq = value
             else:
+                # deadLetterQueue: false turns dead-lettering off like dlqAfterMaxRetries: false (a message
+                # out of retries is then dropped as done); both must allow it for the DLQ to be used.
                 extra[key] = value
+    if extra.get("deadLetterQueue") is False:
+        dlq = False
     return QueueOptions(lease, retry, dlq, enc, extra)
 
 

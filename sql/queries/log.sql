@@ -21,9 +21,11 @@ FROM queen_pop($1, $2, $3, $4, $5, $6, $7, $8, $9);
 SELECT idx, success, error, dead_lettered FROM queen_ack($1, $2, $3, $4, $5, $6, $7);
 
 -- name: log_lease_extend
+-- Only a live lease is renewed: one whose lease_until has passed is lost (another consumer may already
+-- hold the partition's messages), so renewing it answers success:false, as the client documents.
 UPDATE queen_cursors c
 SET lease_until = greatest(c.lease_until, now() + $3 * interval '1 second')
-WHERE c.tenant = $1 AND c.lease_id = $2
+WHERE c.tenant = $1 AND c.lease_id = $2 AND c.lease_until > now()
 RETURNING c.lease_until;
 
 -- name: log_leases_live
@@ -128,6 +130,15 @@ WHERE d.tenant = $1 AND ($2::text IS NULL OR d.queue = $2) AND ($3::text IS NULL
 SELECT d.id, d.queue, d.partition_id, d.partition, d.consumer_group, d.synthetic, d.message_id, d.txn,
        d.trace_id, d.payload, d.codec, d.key_id, d.producer_sub
 FROM queen_dlq d WHERE d.tenant = $1 AND d.id = $2
+FOR UPDATE;
+
+-- name: log_dlq_take_by_address
+-- The dead letters of one message address (partition id, transaction id), oldest first, locked: the
+-- official client's retry route names a message, not a DLQ row.
+SELECT d.id, d.queue, d.partition_id, d.partition, d.consumer_group, d.synthetic, d.message_id, d.txn,
+       d.trace_id, d.payload, d.codec, d.key_id, d.producer_sub
+FROM queen_dlq d WHERE d.tenant = $1 AND d.partition_id = $2 AND d.txn = $3
+ORDER BY d.created_at, d.id
 FOR UPDATE;
 
 -- name: log_dlq_delete

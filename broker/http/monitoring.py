@@ -1,0 +1,139 @@
+"""Monitoring routes the official client's admin API calls (docs/protocol.md §2.9, §2.10, §2.13). Reads:
+any principal of the tenant sees its own figures; message payloads (``GET /api/v1/messages``) need the
+``consume`` grant like every other read of a payload; process and database metrics, which are not a
+tenant's, need ``admin``.
+
+- ``GET /api/v1/resources/overview`` | ``/namespaces`` | ``/tasks`` | ``/partitions?queue=&limit=&offset=``
+- ``GET /api/v1/resources/queues/{queue}/depth[?group=]``
+- ``GET /api/v1/status`` | ``/status/queues?limit=&offset=`` | ``/status/queues/{queue}`` |
+  ``/status/analytics?from=&to=`` (the meter's periods)
+- ``GET /api/v1/analytics/system-metrics`` | ``/analytics/worker-metrics`` (``admin``)
+- ``GET /api/v1/messages?queue=&partition=&consumerGroup=&status=&limit=&offset=`` (``consume``)
+- ``DELETE /api/v1/messages/{partitionId}/{transactionId}``: refused, 409 ``delete_refused`` /
+  ``gapless_log`` (see ``delete_message``; a 4xx because the client retries every 5xx).
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from broker import metering
+from broker.context import broker, principal
+from broker.errors import BadRequest, Conflict
+from broker.http.wire import json_response, q_int
+from broker.log import monitor, parse
+
+
+def _opt_ts(request: web.Request, name: str):  # type: ignore[no-untyped-def]
+    raw = request.query.get(name)
+    return parse.timestamp(raw, name) if raw else None
+
+
+async def overview(request: web.Request) -> web.Response:
+    return json_response(await monitor.overview(broker(request), principal(request).tenant))
+
+
+async def namespaces(request: web.Request) -> web.Response:
+    return json_response(await monitor.by_label(broker(request), principal(request).tenant, "namespace"))
+
+
+async def tasks(request: web.Request) -> web.Response:
+    return json_response(await monitor.by_label(broker(request), principal(request).tenant, "task"))
+
+
+async def partitions(request: web.Request) -> web.Response:
+    queue = parse.opt_str(request.query.get("queue"), "queue")
+    limit = q_int(request, "limit", 1000, lo=1, hi=10_000, clamp=True)
+    offset = q_int(request, "offset", 0, lo=0, hi=2**31 - 1)
+    return json_response(await monitor.partitions(broker(request), principal(request).tenant, queue, limit, offset))
+
+
+async def depth(request: web.Request) -> web.Response:
+    queue = parse.name(request.match_info["queue"], "queue")
+    group = parse.opt_str(request.query.get("group"), "group")
+    return json_response(await monitor.depth(broker(request), principal(request).tenant, queue, group))
+
+
+async def status(request: web.Request) -> web.Response:
+    return json_response(await monitor.status(broker(request), principal(request).tenant))
+
+
+async def status_queues(request: web.Request) -> web.Response:
+    limit = q_int(request, "limit", 100, lo=1, hi=10_000, clamp=True)
+    offset = q_int(request, "offset", 0, lo=0, hi=2**31 - 1)
+    return json_response(await monitor.queue_status(broker(request), principal(request).tenant, limit, offset))
+
+
+async def status_queue(request: web.Request) -> web.Response:
+    queue = parse.name(request.match_info["queue"], "queue")
+    return json_response(await monitor.queue_detail(broker(request), principal(request).tenant, queue))
+
+
+async def analytics(request: web.Request) -> web.Response:
+    since, until = _opt_ts(request, "from"), _opt_ts(request, "to")
+    return json_response(await monitor.analytics(broker(request), principal(request).tenant, since, until,
+                                                 metering.period_seconds()))
+
+
+async def system_metrics(request: web.Request) -> web.Response:
+    principal(request).require("admin")
+    return json_response(await monitor.system_metrics(broker(request)))
+
+
+async def worker_metrics(request: web.Request) -> web.Response:
+    principal(request).require("admin")
+    return json_response(monitor.worker_metrics(broker(request)))
+
+
+async def list_messages(request: web.Request) -> web.Response:
+    p = principal(request)
+    p.require("consume")
+    q = request.query
+    if not q.get("queue"):
+        raise BadRequest("bad_query", "list messages needs ?queue= (messages are listed one queue at a time)")
+    queue = parse.name(q.get("queue"), "queue")
+    state = q.get("status") or None
+    if state is not None and state not in monitor.MESSAGE_STATES:
+        raise BadRequest("bad_query", f"status must be one of {sorted(monitor.MESSAGE_STATES)}")
+    out = await monitor.list_messages(
+        broker(request), p.tenant, queue,
+        parse.opt_str(q.get("partition"), "partition"),
+        parse.opt_str(q.get("consumerGroup"), "consumerGroup"),
+        state,
+        q_int(request, "limit", 100, lo=1, hi=1000, clamp=True),
+        q_int(request, "offset", 0, lo=0, hi=100_000),
+    )
+    return json_response(out)
+
+
+async def delete_message(request: web.Request) -> web.Response:
+    """Refused: a partition's log is gapless by design (cursors say "every offset <= n is done"; only the
+    head is ever removed, by retention), so one message cannot be cut out of the middle without stalling
+    every consumer group behind the hole."""
+    principal(request).require("admin")
+    raise Conflict(
+        "gapless_log",
+        "a single message cannot be deleted: a partition's offsets are gapless and cursors depend on it. "
+        "To stop a group from processing it, ack it (or seek the group past it); to drop stored messages, "
+        "use retentionSeconds/completedRetentionSeconds or delete the queue",
+        code="delete_refused",
+        status=409,
+        extra={"partitionId": request.match_info["pid"], "transactionId": request.match_info["txn"]},
+    )
+
+
+def setup(app: web.Application) -> None:
+    r = app.router
+    r.add_get("/api/v1/resources/overview", overview)
+    r.add_get("/api/v1/resources/namespaces", namespaces)
+    r.add_get("/api/v1/resources/tasks", tasks)
+    r.add_get("/api/v1/resources/partitions", partitions)
+    r.add_get("/api/v1/resources/queues/{queue:[^/]+}/depth", depth)
+    r.add_get("/api/v1/status", status)
+    r.add_get("/api/v1/status/queues", status_queues)
+    r.add_get("/api/v1/status/queues/{queue:[^/]+}", status_queue)
+    r.add_get("/api/v1/status/analytics", analytics)
+    r.add_get("/api/v1/analytics/system-metrics", system_metrics)
+    r.add_get("/api/v1/analytics/worker-metrics", worker_metrics)
+    r.add_get("/api/v1/messages", list_messages)
+    r.add_delete("/api/v1/messages/{pid:[^/]+}/{txn:[^/]+}", delete_message)
