@@ -9,7 +9,6 @@ import time
 
 import httpx
 import pytest
-
 from conftest import uniq
 
 

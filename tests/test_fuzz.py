@@ -70,6 +70,22 @@ ROUTES: list[tuple[str, str, str]] = [
     ("POST", "/api/v1/transaction", "body"), ("GET", "/api/v1/usage", "read"), ("GET", "/api/v1/admin/usage", "read"),
     ("GET", "/api/v1/timers-overview", "read"), ("GET", "/console", "read"), ("GET", "/console/", "read"),
     ("GET", "/console/{asset}", "read"), ("GET", "/openapi.json", "read"),
+    # the official client's admin and read surfaces
+    ("GET", "/api/v1/consumer-groups", "read"), ("GET", "/api/v1/consumer-groups/lagging", "read"),
+    ("GET", "/api/v1/consumer-groups/{group}", "read"), ("DELETE", "/api/v1/consumer-groups/{group}", "write"),
+    ("DELETE", "/api/v1/consumer-groups/{group}/queues/{queue}", "write"),
+    ("POST", "/api/v1/consumer-groups/{group}/queues/{queue}/seek", "body"),
+    ("POST", "/api/v1/consumer-groups/{group}/subscription", "body"), ("POST", "/api/v1/stats/refresh", "body"),
+    ("GET", "/api/v1/resources/overview", "read"), ("GET", "/api/v1/resources/namespaces", "read"),
+    ("GET", "/api/v1/resources/tasks", "read"), ("GET", "/api/v1/resources/partitions", "read"),
+    ("GET", "/api/v1/resources/queues/{queue}/depth", "read"), ("GET", "/api/v1/status", "read"),
+    ("GET", "/api/v1/status/queues", "read"), ("GET", "/api/v1/status/queues/{queue}", "read"),
+    ("GET", "/api/v1/status/analytics", "read"), ("GET", "/api/v1/analytics/system-metrics", "read"),
+    ("GET", "/api/v1/analytics/worker-metrics", "read"), ("GET", "/api/v1/messages", "read"),
+    ("DELETE", "/api/v1/messages/{pid}/{txn}", "write"), ("POST", "/api/v1/messages/{pid}/{txn}/retry", "body"),
+    ("POST", "/api/v1/traces", "body"), ("GET", "/api/v1/traces/names", "read"),
+    ("GET", "/api/v1/traces/by-name/{name}", "read"), ("GET", "/api/v1/traces/{pid}/{txn}", "read"),
+    ("POST", "/api/v1/fetch", "body"), ("POST", "/api/v1/partitions/changed", "body"),
     ("GET", "/api/v1/no/such/route", "read"), ("PATCH", "/api/v1/push", "read"), ("OPTIONS", "/api/v1/kv", "read"),
 ]
 
@@ -193,7 +209,7 @@ class Generator:
         if r < 0.5:
             return {"tenant": f"te-{tag}", "ns": tag, "key": f"k-{tag}/a", "queue": f"q-{tag}", "partition": f"p-{tag}",
                     "lease": str(uuid.uuid4()), "id": str(uuid.uuid4()), "pid": str(uuid.uuid4()), "txn": f"t-{tag}",
-                    "timerKey": f"k-{tag}", "asset": "app.js"}.get(name, "x")
+                    "timerKey": f"k-{tag}", "asset": "app.js", "group": f"g-{tag}", "name": f"n-{tag}"}.get(name, "x")
         return urllib.parse.quote(str(self.scalar()) or "x", safe="")
 
     def query(self) -> str:

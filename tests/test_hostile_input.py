@@ -7,9 +7,9 @@ import uuid
 
 import httpx
 import pytest
+from conftest import uniq
 
 from broker.http.wire import MAX_JSON_DEPTH, too_deep
-from conftest import uniq
 
 
 def envelope(r: httpx.Response, status: int, reason: str | None = None) -> dict:

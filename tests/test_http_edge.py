@@ -107,7 +107,6 @@ def test_trickled_headers_time_out(edge_broker):
 
 def test_slow_body_times_out_and_applies_nothing(edge_broker):
     import httpx
-
     from conftest import uniq
 
     q = uniq("slowbody")

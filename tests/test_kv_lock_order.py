@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 
 import httpx
-
 from conftest import uniq
 
 KEYS = 40

@@ -10,9 +10,9 @@ import signal
 import time
 
 import httpx
+from conftest import uniq
 
 from broker.localserver import LocalBroker
-from conftest import uniq
 
 
 def _alive(pid: int) -> bool:

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from conftest import uniq
 
 

@@ -11,8 +11,8 @@ from aiohttp import web
 from broker import __version__
 from broker.context import BROKER
 from broker.http.wire import json_response
-from broker.store.pool import ping
 from broker.store.failures import DOWN_REASON, describe
+from broker.store.pool import ping
 
 PING_TIMEOUT_S = 2.0
 
