@@ -31,7 +31,6 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import aiohttp
@@ -41,9 +40,9 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.db import new_migrated_db  # noqa: E402
 from broker.ids import uuid7  # noqa: E402
 from broker.localserver import LocalBroker  # noqa: E402
-from broker.store import migrate  # noqa: E402
 
 TENANT = "default"
 PAYLOAD = {"order": 42, "sku": "SKU-0042", "qty": 3, "note": "gift wrap"}
@@ -51,18 +50,7 @@ PAYLOAD_BYTES = orjson.dumps(PAYLOAD)
 
 
 async def make_db(server_dsn: str) -> str:
-    name = f"bench_log_{uuid.uuid4().hex[:8]}"
-    conn = await asyncpg.connect(server_dsn)
-    try:
-        await conn.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await conn.close()
-    from urllib.parse import urlsplit, urlunsplit
-
-    p = urlsplit(server_dsn)
-    dsn = urlunsplit((p.scheme, p.netloc, "/" + name, p.query, p.fragment))
-    await migrate.apply_url(dsn)
-    return dsn
+    return await new_migrated_db(server_dsn, "bench_log")
 
 
 CPU: Cpu | None = None

@@ -445,20 +445,9 @@ def rss_report(pid: int) -> str:
 
 
 async def make_db(server_dsn: str) -> str:
-    import asyncpg
+    from bench.db import new_migrated_db
 
-    from broker.store import migrate
-
-    name = f"bench_shape_{uuid.uuid4().hex[:8]}"
-    conn = await asyncpg.connect(server_dsn)
-    try:
-        await conn.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await conn.close()
-    p = urlsplit(server_dsn)
-    dsn = p._replace(path="/" + name).geturl()
-    await migrate.apply_url(dsn)
-    return dsn
+    return await new_migrated_db(server_dsn, "bench_shape")
 
 
 async def main_async(args: argparse.Namespace, ours_url: str, broker_pid: int | None, db: str | None) -> None:

@@ -47,9 +47,9 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.db import new_migrated_db  # noqa: E402
 from broker.codec import Codec  # noqa: E402
 from broker.localserver import LocalBroker  # noqa: E402
-from broker.store import migrate  # noqa: E402
 from broker.sweeper import Sweeper, SweeperConfig  # noqa: E402
 
 PAYLOAD = base64.b64encode(b'{"kind": "reminder", "n": 1}').decode()
@@ -156,18 +156,7 @@ def hist_line(before: dict, after: dict) -> str:
 
 
 async def new_db(admin_dsn: str) -> str:
-    from urllib.parse import urlsplit, urlunsplit
-
-    name = f"bench_timers_{uuid.uuid4().hex[:8]}"
-    conn = await asyncpg.connect(admin_dsn)
-    try:
-        await conn.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await conn.close()
-    p = urlsplit(admin_dsn)
-    dsn = urlunsplit((p.scheme, p.netloc, "/" + name, p.query, p.fragment))
-    await migrate.apply_url(dsn)
-    return dsn
+    return await new_migrated_db(admin_dsn, "bench_timers")
 
 
 async def wait_empty(conn: asyncpg.Connection, tenant: str, timeout: float) -> float:

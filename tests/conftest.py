@@ -392,40 +392,37 @@ def _deepest(e: Any) -> Any:
 OPENAPI_TRAFFIC = _OpenApiTraffic()
 
 
-class _TapSync(httpx.SyncByteStream):
+class _Tap:
+    """Collects a response body as the test reads it and reports it once: whole, or ``None`` when the
+    stream was closed before its end."""
+
     def __init__(self, inner: Any, done: Callable[[bytes | None], None]) -> None:
         self.inner, self.done, self.buf, self.fired = inner, done, bytearray(), False
 
+    def _fire(self, body: bytes | None) -> None:
+        if not self.fired:
+            self.fired = True
+            self.done(body)
+
+
+class _TapSync(_Tap, httpx.SyncByteStream):
     def __iter__(self) -> Iterator[bytes]:
         for chunk in self.inner:
             self.buf += chunk
             yield chunk
         self._fire(bytes(self.buf))
 
-    def _fire(self, body: bytes | None) -> None:
-        if not self.fired:
-            self.fired = True
-            self.done(body)
-
     def close(self) -> None:
         self._fire(None)  # closed before the end (a test that read only the headers): status only
         self.inner.close()
 
 
-class _TapAsync(httpx.AsyncByteStream):
-    def __init__(self, inner: Any, done: Callable[[bytes | None], None]) -> None:
-        self.inner, self.done, self.buf, self.fired = inner, done, bytearray(), False
-
+class _TapAsync(_Tap, httpx.AsyncByteStream):
     async def __aiter__(self):  # type: ignore[no-untyped-def]
         async for chunk in self.inner:
             self.buf += chunk
             yield chunk
         self._fire(bytes(self.buf))
-
-    def _fire(self, body: bytes | None) -> None:
-        if not self.fired:
-            self.fired = True
-            self.done(body)
 
     async def aclose(self) -> None:
         self._fire(None)
