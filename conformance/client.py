@@ -353,3 +353,16 @@ class Hooks:
 
     def release(self, queue: str | None = None) -> Any:
         return self._post("/api/v1/test/timers/release", {"queue": queue} if queue else {})
+
+    def dead_letter_timer(self, queue: str, key: str, txn: str) -> list[dict[str, Any]]:
+        """Schedule a timer whose every fire fails permanently; return its queue's DLQ rows for it."""
+        api = self.api
+        self.fail(queue, 10_000, "permanent")
+        try:
+            api.schedule(queue, key, delay_ms=0, txn=txn)
+            rows: list[dict[str, Any]] = poll(
+                lambda: [m for m in api.dlq(queue) if m.get("transactionId") == txn],
+                timeout=api.target.fire_timeout * 2, what="the timer in its queue's DLQ")
+        finally:
+            self.release(queue)
+        return rows

@@ -8,7 +8,7 @@ from urllib.parse import quote
 
 import pytest
 
-from conformance.client import expect, expect_error, poll, uniq
+from conformance.client import expect, expect_error, uniq
 
 contract = pytest.mark.contract
 
@@ -84,13 +84,7 @@ def test_retry_by_address_replays_the_dead_letter(api):
 def test_retry_by_address_refuses_a_timer_dead_letter(api, hooks):
     q, k, txn = uniq("retry-t"), uniq("k"), uniq("txn")
     expect(api.push(q, ["partition exists"]), (200, 201))
-    hooks.fail(q, 10_000, "permanent")
-    try:
-        api.schedule(q, k, delay_ms=0, txn=txn)
-        rows = poll(lambda: [m for m in api.dlq(q) if m.get("transactionId") == txn],
-                    timeout=api.target.fire_timeout * 2, what="the timer in its queue's DLQ")
-    finally:
-        hooks.release(q)
+    rows = hooks.dead_letter_timer(q, k, txn)
     pid = rows[0].get("partitionId")
     assert pid, rows[0]
     expect_error(api.http.post(f"/api/v1/messages/{pid}/{txn}/retry"), 409, "dlq_replay_refused",

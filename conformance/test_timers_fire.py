@@ -264,13 +264,7 @@ def test_permanent_failure_spends_and_reschedule_resets(api, hooks):
 def test_exhausted_timer_goes_to_dlq(api, hooks):
     q, k = uniq("q"), uniq("k")
     txn = uuid.uuid4().hex
-    hooks.fail(q, 10_000, "permanent")
-    try:
-        api.schedule(q, k, delay_ms=0, txn=txn)
-        rows = poll(lambda: [m for m in api.dlq(q) if m.get("transactionId") == txn],
-                    timeout=api.target.fire_timeout * 2, what="the timer in its queue's DLQ")
-    finally:
-        hooks.release(q)
+    rows = hooks.dead_letter_timer(q, k, txn)
     row = rows[0]
     group = row.get("consumerGroup")
     assert group and group != "__QUEUE_MODE__", f"a timer DLQ row names a synthetic consumer group: {row}"
