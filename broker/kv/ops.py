@@ -46,6 +46,10 @@ _FIELDS: dict[str, frozenset[str]] = {
     "check": frozenset({"op", "ns", "key", "expect", "required"}),
 }
 _TENANT_FIELDS = frozenset({"tenant", "tenantId", "tenant_id"})
+# Namespaces whose rows only the broker writes: the lock permits (docs/decisions.md §8). Their rows stay
+# readable (a lock's guard is a check of one), but a KV write there would forge or destroy a permit.
+LOCKS_NS = "queen-locks"
+RESERVED_NS = frozenset({LOCKS_NS})
 
 
 def bad(reason: str, detail: str) -> BadRequest:
@@ -145,6 +149,9 @@ def parse_op(op: Any, i: int, *, in_tx: bool) -> dict[str, Any]:
         raise bad("kv_get_prefix_not_allowed_in_transaction",
                   f"{where}: getPrefix is not allowed inside a transaction; use getMany, or getPrefix on POST /api/v1/kv")
     ns = check_ns(op.get("ns"), where)
+    if ns in RESERVED_NS and name in WRITES:
+        raise bad("kv_reserved_namespace", f"{where}: the namespace {ns!r} holds lock permits and is written only "
+                  "through POST /api/v1/locks; it can be read (get, getMany, getPrefix, check)")
     out: dict[str, Any] = {"op": name, "name": name, "ns": ns}
     req = op.get("required")
     if req is not None and not isinstance(req, bool):
