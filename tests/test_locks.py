@@ -385,3 +385,37 @@ def test_kv_switch_turns_locks_off(b):
         finally:
             assert admin.post("/api/v1/admin/kv", json={"enabled": True}).status_code == 200
         assert t.lock_one({"op": "get", "name": "x"})["held"] is False
+
+
+def test_permits_are_kv_storage_and_the_pruner_removes_expired_ones(b):
+    from helpers import db_fetch, wait_for
+
+    def gauge() -> int:
+        return db_fetch(b.dsn, "SELECT coalesce(sum(storage_bytes), 0)::bigint AS n FROM queen_usage_gauges "
+                        "WHERE tenant = 'gauge'")[0]["n"]
+
+    def rows() -> int:
+        """What the permit rows of the tenant weigh, measured the KV's way (key + value JSON text)."""
+        return db_fetch(b.dsn, "SELECT coalesce(sum(octet_length(key) + octet_length(value::text)), 0)::bigint AS n "
+                        "FROM queen_kv WHERE tenant = 'gauge' AND ns = 'queen-locks'")[0]["n"]
+
+    with authed(SECRET, b, "gauge") as t:
+        assert gauge() == rows() == 0
+        got = t.lock_one(acquire_op("g1", "owner-1", ttl=1, limit=2))
+        t.lock_one(acquire_op("g2", "owner-2"))
+        assert gauge() == rows() > 0
+        token = t.lock_one({"op": "get", "name": "g2"})["holders"][0]["token"]
+        renewed = t.lock_one({"op": "renew", "name": "g2", "token": token, "ttlSeconds": 30})
+        assert renewed["renewed"] and gauge() == rows()
+        time.sleep(1.2)
+        # an expired permit taken over by another owner is rewritten in place
+        assert t.lock_one(acquire_op("g1", "someone-else-entirely", ttl=1))["token"] > got["token"]
+        assert gauge() == rows()
+        assert t.lock_one({"op": "release", "name": "g2", "token": renewed["token"]})["released"]
+        assert gauge() == rows()
+        time.sleep(1.2)
+        # expired, unpruned: gone for the locks and the KV alike; the pruner deletes it and gives its bytes back
+        assert t.lock_one({"op": "get", "name": "g1"})["held"] is False
+        db_fetch(b.dsn, "SELECT queen_kv_prune(1000)")
+        wait_for(lambda: rows() == 0, what="expired permit pruned")
+        assert gauge() == 0
