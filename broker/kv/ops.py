@@ -13,6 +13,7 @@ Normalised op: ``{"op": put|delete|incr|check|get|getMany|getPrefix, "name": <wi
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,16 +129,27 @@ def _expect(op: dict[str, Any], where: str) -> int | None:
     return int(v)
 
 
-def parse_op(op: Any, i: int, *, in_tx: bool) -> dict[str, Any]:
-    where = f"op {i}"
+def op_name(op: Any, where: str, known: Collection[str], surface: str) -> str:
+    """The ``op`` of one operation of a KV-like batch (``surface``: ``kv``, ``locks``), once it is an object
+    naming a known op and carrying no tenant field; refused with ``<surface>_bad_request`` otherwise."""
+    code = f"{surface}_bad_request"
     if not isinstance(op, dict):
-        raise bad("kv_bad_body", f"{where}: each operation must be a JSON object")
+        raise BadRequest(f"{surface}_bad_body", f"{where}: each operation must be a JSON object", code=code)
     name = op.get("op")
-    if not isinstance(name, str) or name not in _FIELDS:
-        raise bad("kv_unknown_op", f"{where}: unknown op {str(name)[:64]!r}; known: {sorted(_FIELDS)}")
+    if not isinstance(name, str) or name not in known:
+        raise BadRequest(f"{surface}_unknown_op", f"{where}: unknown op {str(name)[:64]!r}; known: {sorted(known)}",
+                         code=code)
     for k in op:
         if k in _TENANT_FIELDS:
-            raise bad("kv_tenant_not_an_input", f"{where}: {k!r} is not an input; the tenant comes from the credential")
+            raise BadRequest(f"{surface}_tenant_not_an_input",
+                             f"{where}: {k!r} is not an input; the tenant comes from the credential", code=code)
+    return name
+
+
+def parse_op(op: Any, i: int, *, in_tx: bool) -> dict[str, Any]:
+    where = f"op {i}"
+    name = op_name(op, where, _FIELDS, "kv")
+    for k in op:
         if k not in _FIELDS[name]:
             if k in ("ttlSeconds", "forever", "expiresAt", "expires_at", "ttl"):
                 raise bad("kv_bad_ttl", f"{where}: {name} takes no expiry field {k!r}; the expiry is ttlSeconds "
@@ -255,14 +267,23 @@ def parse_ops(ops: Any, *, max_ops: int, in_tx: bool = False) -> KvCall:
     return call
 
 
-def parse_body(body: Any, *, max_ops: int) -> KvCall:
+def batch_operations(body: Any, surface: str) -> Any:
+    """The ``operations`` of a ``{"operations": [...]}`` body of a KV-like batch route (``surface``: ``kv``,
+    ``locks``); any other shape, field or a tenant is refused with ``<surface>_bad_request``."""
+    code = f"{surface}_bad_request"
     if not isinstance(body, dict):
-        raise bad("kv_bad_body", "the body must be a JSON object {\"operations\": [...]}")
+        raise BadRequest(f"{surface}_bad_body", "the body must be a JSON object {\"operations\": [...]}", code=code)
     for k in body:
         if k in _TENANT_FIELDS:
-            raise bad("kv_tenant_not_an_input", f"{k!r} is not an input; the tenant comes from the credential")
+            raise BadRequest(f"{surface}_tenant_not_an_input", f"{k!r} is not an input; the tenant comes from the "
+                             "credential", code=code)
         if k != "operations":
-            raise bad("kv_bad_body", f"unknown field {k!r}; the body is {{\"operations\": [...]}}")
+            raise BadRequest(f"{surface}_bad_body", f"unknown field {str(k)[:64]!r}; the body is "
+                             "{\"operations\": [...]}", code=code)
     if "operations" not in body:
-        raise bad("kv_bad_body", "the body needs an operations array")
-    return parse_ops(body["operations"], max_ops=max_ops)
+        raise BadRequest(f"{surface}_bad_body", "the body needs an operations array", code=code)
+    return body["operations"]
+
+
+def parse_body(body: Any, *, max_ops: int) -> KvCall:
+    return parse_ops(batch_operations(body, "kv"), max_ops=max_ops)

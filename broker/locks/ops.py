@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker.errors import BadRequest
-from broker.kv.ops import MAX_TTL_S, MAX_VERSION
+from broker.kv.ops import MAX_TTL_S, MAX_VERSION, batch_operations, op_name
 
 CODE = "locks_bad_request"
 MAX_OPS = 64
@@ -39,7 +39,6 @@ _FIELDS: dict[str, frozenset[str]] = {
     "release": frozenset({"op", "name", "token", "slot"}),
     "get": frozenset({"op", "name"}),
 }
-_TENANT_FIELDS = frozenset({"tenant", "tenantId", "tenant_id"})
 # The ops that must pass the limits rungs (they take or extend a permit); a release gives one back and,
 # like a timer cancel, is never refused by a rung.
 ADMITTED = frozenset({"acquire", "renew"})
@@ -87,14 +86,8 @@ def mint_owner() -> str:
 
 def parse_op(op: Any, i: int) -> dict[str, Any]:
     where = f"op {i}"
-    if not isinstance(op, dict):
-        raise bad("locks_bad_body", f"{where}: each operation must be a JSON object")
-    kind = op.get("op")
-    if not isinstance(kind, str) or kind not in _FIELDS:
-        raise bad("locks_unknown_op", f"{where}: unknown op {str(kind)[:64]!r}; known: {sorted(_FIELDS)}")
+    kind = op_name(op, where, _FIELDS, "locks")
     for k in op:
-        if k in _TENANT_FIELDS:
-            raise bad("locks_tenant_not_an_input", f"{where}: {k!r} is not an input; the tenant comes from the credential")
         if k not in _FIELDS[kind]:
             raise bad("locks_unknown_field", f"{where}: {kind} does not take the field {str(k)[:64]!r}; it takes "
                       f"{sorted(_FIELDS[kind] - {'op'})}")
@@ -149,13 +142,4 @@ def parse_ops(ops: Any) -> LockCall:
 
 
 def parse_body(body: Any) -> LockCall:
-    if not isinstance(body, dict):
-        raise bad("locks_bad_body", "the body must be a JSON object {\"operations\": [...]}")
-    for k in body:
-        if k in _TENANT_FIELDS:
-            raise bad("locks_tenant_not_an_input", f"{k!r} is not an input; the tenant comes from the credential")
-        if k != "operations":
-            raise bad("locks_bad_body", f"unknown field {str(k)[:64]!r}; the body is {{\"operations\": [...]}}")
-    if "operations" not in body:
-        raise bad("locks_bad_body", "the body needs an operations array")
-    return parse_ops(body["operations"])
+    return parse_ops(batch_operations(body, "locks"))
