@@ -125,7 +125,7 @@ def test_capacity_steps_the_rate(broker: LocalBroker, tmp_path: Path) -> None:
 @pytest.mark.browser
 def test_outage_deadlines_short_run(broker: LocalBroker, tmp_path: Path) -> None:
     rc = runner.main(["outage_deadlines", "--url", broker.url, "--interval", "0.1", "--duration", "3", "--timeout", "0.5",
-                      "--outage-start", "0.6", "--outage", "1.6", "--drain", "4", "--out", str(tmp_path)])
+                      "--outage-start", "0.6", "--outage", "3", "--drain", "4", "--out", str(tmp_path)])
     assert rc == 0
     s = _summary(tmp_path)
     without, with_ = s["without"], s["with"]
@@ -136,7 +136,14 @@ def test_outage_deadlines_short_run(broker: LocalBroker, tmp_path: Path) -> None
     assert without["expired_skipped"] == 0
     assert without["charged_after_failed"] > 0 and without["charges"] > without["succeeded"]
     # with deadlines the broker skipped the expired calls (DLQ rows with deadline_exceeded)
-    assert with_["expired_skipped"] > 0
+    assert with_["expired_skipped"] > 0 and with_["skipped_by_consumer"] <= with_["expired_skipped"]
     assert with_["charges"] < without["charges"]
+    # The guarantee (the run's exit code above says the same): every charge was told to its caller as a
+    # success, and no order was charged twice. Billing checked each popped call's deadlineAt right
+    # before charging; the caller waited until its deadline had passed and its replies were read.
+    assert with_["charged_twice"] == 0 and with_["charged_after_failed"] == 0, with_
+    assert with_["guarantee"] == [] and with_["charges"] == with_["succeeded"], with_
+    assert with_["clock_uncertainty_ms"] is not None and with_["clock_uncertainty_ms"] < 1000 * with_["margin_s"]
     verdict = look_at_report(tmp_path, "outage_deadlines", plots=0)
     assert f"made {without['charges']} charges" in verdict.replace("\n", " ")
+    assert "deadline guarantee held" in verdict
