@@ -170,6 +170,7 @@ class Experiment:
         self.skipped_by_consumer = 0
         self.reply_push_max = 0.0
         self.replies_late = 0
+        self.last_taken = 0.0
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -249,6 +250,7 @@ class Experiment:
             msgs = [m for m in r.json().get("messages") or [] if m]
             if not msgs:
                 continue
+            self.last_taken = self.now()
             replies, acks, soonest = [], [], None
             for m in msgs:
                 data = m.get("data") or {}
@@ -282,9 +284,8 @@ class Experiment:
         self.stopping = False
 
     def _billing_idle_for(self) -> float:
-        """Seconds since billing last took a call (since the restart when it took none)."""
-        last = max([at for _, at in self.charges] + [self.restart_at or 0.0])
-        return self.now() - last
+        """Seconds since billing last took a call, charged or skipped (since the restart when it took none)."""
+        return self.now() - max(self.last_taken, self.restart_at or 0.0)
 
     async def run(self) -> Outcome:
         p = self.p
