@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import csv
 import json
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 from browser import launched, save_view, shot_on_failure
 
 from broker.localserver import LocalBroker
 from loadtest import runner
+from loadtest.outage_deadlines import DbClock
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -147,3 +150,14 @@ def test_outage_deadlines_short_run(broker: LocalBroker, tmp_path: Path) -> None
     verdict = look_at_report(tmp_path, "outage_deadlines", plots=0)
     assert f"made {without['charges']} charges" in verdict.replace("\n", " ")
     assert "deadline guarantee held" in verdict
+
+
+async def test_outage_billing_reads_the_database_clock(broker: LocalBroker) -> None:
+    """Billing's last check reads PostgreSQL's clock off its own monotonic one: on this machine both
+    share the kernel's clock, so the bounds it measured must bracket the local wall clock."""
+    clock = DbClock()
+    async with httpx.AsyncClient(base_url=broker.url, timeout=30) as c:
+        await clock.measure(c)
+    low, wall, high = clock.earliest(), time.time(), clock.latest()
+    assert low <= wall + 0.002 and wall <= high + 0.002, (low, wall, high)
+    assert 0 <= clock.uncertainty_ms < 1000  # the bounds are ordered and tight enough to be of use
