@@ -13,7 +13,7 @@ import asyncpg
 import httpx
 import pytest
 from conftest import uniq
-from helpers import acquire_op, authed, dedicated_broker, push_op, refused
+from helpers import acquire_op, authed, db_fetch, dedicated_broker, push_op, refused, wait_for
 
 TENANT = "default"  # the shared broker runs without authentication
 
@@ -88,7 +88,7 @@ def test_expiry_by_the_database_clock(api, broker):
     name = uniq("lk")
     first = api.lock_one(acquire_op(name, "alice", ttl=2))
     (h,) = holders_of(api, name)
-    rows = _db(broker.dsn, "SELECT expires_at - updated_at AS ttl FROM queen_kv "
+    rows = db_fetch(broker.dsn, "SELECT expires_at - updated_at AS ttl FROM queen_kv "
                "WHERE tenant = $1 AND ns = 'queen-locks' AND key = $2", TENANT, f"{name}#0")
     assert rows[0]["ttl"].total_seconds() == 2
     time.sleep(2.3)
@@ -180,12 +180,6 @@ def test_guard_in_a_transaction_commits_only_while_the_permit_is_held(api):
     assert api.lock_one({"op": "release", "name": name, "token": theirs["token"]})["released"] is True
     gone = api.tx({"operations": [push_op(q, "t4")], "kv": [theirs["guard"]]})
     assert gone["reason"] == "kv_precondition" and gone["kvReason"] == "absent" and not api.found(q, "t4")
-
-
-def _db(dsn: str, sql: str, *args):
-    from helpers import db_fetch
-
-    return db_fetch(dsn, sql, *args)
 
 
 class _HeldKey:
@@ -388,8 +382,6 @@ def test_kv_switch_turns_locks_off(b):
 
 
 def test_permits_are_kv_storage_and_the_pruner_removes_expired_ones(b):
-    from helpers import db_fetch, wait_for
-
     def gauge() -> int:
         return db_fetch(b.dsn, "SELECT coalesce(sum(storage_bytes), 0)::bigint AS n FROM queen_usage_gauges "
                         "WHERE tenant = 'gauge'")[0]["n"]
@@ -419,3 +411,19 @@ def test_permits_are_kv_storage_and_the_pruner_removes_expired_ones(b):
         db_fetch(b.dsn, "SELECT queen_kv_prune(1000)")
         wait_for(lambda: rows() == 0, what="expired permit pruned")
         assert gauge() == 0
+
+
+def test_rate_limit_refuses_acquires_not_releases(b):
+    with authed(SECRET, b, "ops", grants=("admin",)) as admin, authed(SECRET, b, "slow") as t:
+        assert admin.put("/api/v1/admin/tenants/slow/plan", json={"rateLimitPerS": 1}).status_code == 200
+        try:
+            got = t.lock_one(acquire_op("r1", "o"))
+            # (every worker honours the plan within the refresh bound; acquire until the bucket is empty)
+            r = wait_for(lambda: (x := t.locks(acquire_op("r2", "o"))).status_code == 429 and x, timeout=5,
+                         what="an acquire refused by the rate limit")
+            refused(r, 429, "rate_limited", "kv_rate_limited")
+            assert r.headers.get("Retry-After")
+            # the bucket is empty now, and a release still goes through
+            assert t.lock_one({"op": "release", "name": "r1", "token": got["token"]})["released"] is True
+        finally:
+            assert admin.delete("/api/v1/admin/tenants/slow/plan").status_code == 200
