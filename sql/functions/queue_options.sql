@@ -12,18 +12,23 @@ $$;
 
 -- The instant the head of (partition, group) after offset p_acked may be delivered, by
 -- delayedProcessing (its push instant + p_delay_s) and retryDelay (its last failure's retry_at); NULL
--- when nothing holds it (or there is no head).
+-- when nothing holds it (or there is no head). PL/pgSQL, not SQL: its body names a column of migration
+-- 0010, and a SQL function's body is checked when it is created, which an upgrade that re-applies these
+-- files after each older migration would refuse.
 CREATE OR REPLACE FUNCTION queen_head_ready_at(p_tenant text, p_pid uuid, p_group text, p_acked bigint,
                                                p_delay_s integer, p_retry_ms integer) RETURNS timestamptz
-LANGUAGE sql STABLE AS $$
-    SELECT greatest(CASE WHEN p_delay_s > 0 THEN m.created_at + p_delay_s * interval '1 second' END,
-                    CASE WHEN p_retry_ms > 0 THEN st.retry_at END)
-    FROM queen_messages m
-    LEFT JOIN queen_msg_state st ON st.tenant = p_tenant AND st.partition_id = p_pid
-                                AND st.consumer_group = p_group AND st.seq = m.seq
-    WHERE m.tenant = p_tenant AND m.partition_id = p_pid AND m.seq > p_acked AND st.acked IS NOT TRUE
-    ORDER BY m.seq
-    LIMIT 1
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (
+        SELECT greatest(CASE WHEN p_delay_s > 0 THEN m.created_at + p_delay_s * interval '1 second' END,
+                        CASE WHEN p_retry_ms > 0 THEN st.retry_at END)
+        FROM queen_messages m
+        LEFT JOIN queen_msg_state st ON st.tenant = p_tenant AND st.partition_id = p_pid
+                                    AND st.consumer_group = p_group AND st.seq = m.seq
+        WHERE m.tenant = p_tenant AND m.partition_id = p_pid AND m.seq > p_acked AND st.acked IS NOT TRUE
+        ORDER BY m.seq
+        LIMIT 1);
+END
 $$;
 
 -- For an empty pop of a gated queue: the earliest future instant one of the group's free partitions
