@@ -152,3 +152,30 @@ async def test_delay_at_least_the_max_wait_is_refused(queen_client):
     body = exc.value.response.json()
     assert exc.value.response.status_code == 400 and body["reason"] == "conflicting_options"
     assert body["option"] == "maxWaitTimeSeconds"
+
+
+async def test_retry_delay_counts_from_an_expired_lease_too(queen_client):
+    q = uniq("qo-retry-lease")
+    await queen_client.queue(q).config({"lease_time": 1, "retry_delay": 1500}).create()
+    await queen_client.queue(q).push([{"data": "dropped"}])
+    [m] = await _pop(queen_client, q)
+    await asyncio.sleep(1.2)  # the lease ran out unacked: a failed delivery, noticed by this pop
+    assert await _pop(queen_client, q) == []
+    t0 = time.monotonic()
+    got = await queen_client.queue(q).batch(1).wait(True).timeout_millis(10_000).pop()
+    assert [(x["data"], x["deliveryAttempt"]) for x in got] == [("dropped", 2)]
+    assert 1.2 <= time.monotonic() - t0 < 3.5
+
+
+async def test_max_size_holds_under_concurrent_pushes(queen_client, ahttp):
+    """Twelve one-item pushes at once into maxSize=5: exactly five are written (pushes to a capped queue
+    take its lock in turn, and a coalesced call that fails is retried request by request)."""
+    q = uniq("qo-maxc")
+    await queen_client.queue(q).config({"max_size": 5}).create()
+    answers = await asyncio.gather(*[
+        ahttp.post("/api/v1/push", json={"items": [{"queue": q, "payload": i}]}) for i in range(12)])
+    statuses = sorted(r.json()[0]["status"] for r in answers)
+    assert all(r.status_code == 201 for r in answers)
+    assert statuses == ["failed"] * 7 + ["queued"] * 5
+    assert {r.json()[0].get("reason") for r in answers if r.json()[0]["status"] == "failed"} == {"queue_full"}
+    assert len(await _pop(queen_client, q, batch=20)) == 5
