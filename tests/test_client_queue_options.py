@@ -179,3 +179,16 @@ async def test_max_size_holds_under_concurrent_pushes(queen_client, ahttp):
     assert statuses == ["failed"] * 7 + ["queued"] * 5
     assert {r.json()[0].get("reason") for r in answers if r.json()[0]["status"] == "failed"} == {"queue_full"}
     assert len(await _pop(queen_client, q, batch=20)) == 5
+
+
+async def test_max_size_refuses_a_dlq_replay_and_keeps_the_dead_letter(queen_client):
+    q = uniq("qo-maxdlq")
+    await queen_client.queue(q).config({"max_size": 1, "retry_limit": 0}).create()
+    await queen_client.queue(q).push([{"data": "dead"}])
+    [m] = await _pop(queen_client, q)
+    await queen_client.ack(m, False, {"error": "boom"})  # dead-lettered: the queue is empty again
+    await queen_client.queue(q).push([{"data": "live"}])  # and now full
+    with pytest.raises(httpx.HTTPStatusError) as exc:
+        await queen_client.admin.retry_message(m["partitionId"], m["transactionId"])
+    assert exc.value.response.status_code == 409 and exc.value.response.json()["reason"] == "queue_full"
+    assert (await queen_client.queue(q).dlq().limit(10).get())["total"] == 1
