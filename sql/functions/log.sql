@@ -639,7 +639,10 @@ CREATE OR REPLACE FUNCTION queen_push_checked(
 ) RETURNS TABLE (idx integer, status text, message_id uuid, partition_id uuid, seq bigint)
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM queen_push_guard(p_tenant, p_plain, p_queues);
+    IF EXISTS (SELECT 1 FROM queen_queues q WHERE q.tenant = p_tenant AND (q.encryption_enabled OR q.max_size > 0)
+               AND q.name = ANY (CASE WHEN p_queues[1] = ALL (p_queues) THEN p_queues[1:1] ELSE p_queues END)) THEN
+        PERFORM queen_push_guard(p_tenant, p_plain, p_queues);  -- queue_options.sql: encryption race, maxSize
+    END IF;
     RETURN QUERY SELECT * FROM queen_push(p_tenant, p_queues, p_partitions, p_ids, p_txns, p_traces,
                                           p_payloads, p_codecs, p_key_ids, p_subs, p_deadline_ms);
 END
@@ -774,7 +777,10 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_queued bigint := 0;
 BEGIN
-    PERFORM queen_push_guard(p_tenant, p_plain, p_queues);
+    IF EXISTS (SELECT 1 FROM queen_queues q WHERE q.tenant = p_tenant AND (q.encryption_enabled OR q.max_size > 0)
+               AND q.name = ANY (CASE WHEN p_queues[1] = ALL (p_queues) THEN p_queues[1:1] ELSE p_queues END)) THEN
+        PERFORM queen_push_guard(p_tenant, p_plain, p_queues);  -- queue_options.sql: encryption race, maxSize
+    END IF;
     FOR idx, status, message_id, partition_id, seq IN
         SELECT r.idx, r.status, r.message_id, r.partition_id, r.seq
         FROM queen_push(p_tenant, p_queues, p_partitions, p_ids, p_txns, p_traces, p_payloads, p_codecs,

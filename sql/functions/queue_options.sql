@@ -1,8 +1,8 @@
 -- The queue options that gate delivery and admission (sql/migrations/0010_queue_options.sql), as small
 -- helpers that queen_push_edge / queen_push_checked / queen_pop / queen_ack (log.sql) call. Every "now"
--- here is the database's. With every option at its default (0) the only cost a push pays is the one
--- queen_queues probe it already made for the encryption check, and a pop reads four more integer
--- columns of the queue row it already reads.
+-- here is the database's. With every option at its default (0) a push pays only the one queen_queues
+-- probe it already made for the encryption check (queen_push_guard is not even called), and a pop reads
+-- four more integer columns of the queue row it already reads.
 
 -- When a failed delivery may be retried under retryDelay (NULL: at once).
 CREATE OR REPLACE FUNCTION queen_retry_at(p_retry_ms integer) RETURNS timestamptz
@@ -72,8 +72,9 @@ LANGUAGE sql STABLE AS $$
     WHERE p.tenant = p_tenant AND p.queue = p_queue
 $$;
 
--- The admission checks of a push from the HTTP edge (queen_push_edge, queen_push_checked), before any
--- row is written, with ONE probe of the destination queues:
+-- The admission checks of a push from the HTTP edge, before any row is written. queen_push_edge and
+-- queen_push_checked call it only when one destination queue encrypts or has a maxSize (one EXISTS
+-- probe of the queue rows, the same cost as the encryption probe they made before maxSize existed):
 --   * p_plain names the queues whose payloads the caller did NOT encrypt (it believed they do not encrypt
 --     at rest): if one of them encrypts now (configure raced the caller's cached view), SQLSTATE QN001,
 --     so the caller re-seals and retries; nothing is ever stored in clear text for a queue that encrypts;
