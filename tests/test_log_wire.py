@@ -20,7 +20,6 @@ from queen.http.push_binary import (
     PushBatch,
     binary_push_body,
     encode_push_binary,
-    encode_push_frames,
     encode_transaction_frames,
 )
 
@@ -265,7 +264,30 @@ def test_framed_pop_falls_back_to_json_when_a_frame_cannot_carry_the_answer(api,
 # ----------------------------------------------------------------------------------- the client
 
 
-async def test_client_with_binary_push_compression_and_framed_pop_round_trips_exactly(broker):
+@pytest.fixture
+def wire_seen(monkeypatch):
+    """Counts what the client really sent and read in the binary formats (it falls back to JSON silently)."""
+    from queen.http import http_client
+
+    seen = {"push": 0, "tx": 0, "pop": 0}
+
+    def counting(name, key):
+        real = getattr(http_client, name)
+
+        def wrapped(*args, **kwargs):
+            out = real(*args, **kwargs)
+            if out is not None:
+                seen[key] += 1
+            return out
+        monkeypatch.setattr(http_client, name, wrapped)
+
+    counting("binary_push_body", "push")
+    counting("transaction_frames", "tx")
+    counting("decode_pop_frames", "pop")
+    return seen
+
+
+async def test_client_with_binary_push_compression_and_framed_pop_round_trips_exactly(broker, wire_seen):
     q = uniq("qwire")
     payloads = [{"i": i, "text": "ünïcode ☃", "n": None, "f": 1.5, "l": [i, {"x": True}]} for i in range(30)]
     async with Queen(broker.url, binary_push=True, push_compression=True, framed_pop=True) as queen:
@@ -293,9 +315,10 @@ async def test_client_with_binary_push_compression_and_framed_pop_round_trips_ex
         got = await queen.queue(out).group("g").batch(5).wait(False).pop()
         assert [m["data"] for m in got] == [{"o": 1}, {"o": 2}]
         assert await queen.queue(q).partition("p2").group("g").wait(False).pop() == []
+    assert wire_seen["push"] >= 3 and wire_seen["tx"] == 1 and wire_seen["pop"] >= 3, wire_seen
 
 
-async def test_client_binary_push_without_compression(broker):
+async def test_client_binary_push_without_compression(broker, wire_seen):
     q = uniq("qwire-plain")
     async with Queen(broker.url, binary_push=True) as queen:
         pushed = await queen.queue(q).push([{"data": i} for i in range(10)])
@@ -303,6 +326,7 @@ async def test_client_binary_push_without_compression(broker):
     async with Queen(broker.url) as queen:
         msgs = await queen.queue(q).batch(20).wait(False).pop()
         assert [m["data"] for m in msgs] == list(range(10))
+    assert wire_seen["push"] == 1
 
 
 # ------------------------------------------------------------------------------------- conflation
@@ -329,6 +353,10 @@ def test_conflation_delivers_the_newest_and_retires_the_rest(api):
     assert [m["data"] for m in undeclared["messages"]] == [{"v": 11}] and undeclared["conflation"] is True
     # another group of the same queue reads everything
     assert len(_pop(api, q, consumerGroup="all", batch=100, partitions=2).json()["messages"]) == 12
+    # the depth route reports the group's policy and its work depth (one handler run per partition owing)
+    depth = api.get(f"/api/v1/resources/queues/{q}/depth", params={"group": "latest"}).json()
+    assert depth["conflation"] is True and depth["effectivePending"] == depth["partitionsPending"] == 1
+    assert api.get(f"/api/v1/resources/queues/{q}/depth", params={"group": "all"}).json()["conflation"] is False
 
 
 def test_conflation_conflict_and_refusals(api):
@@ -347,7 +375,7 @@ def test_conflation_conflict_and_refusals(api):
     refused(_pop(api, q, conflation="maybe", consumerGroup="h"), 400, "bad_request", "bad_query")
 
 
-async def test_client_conflation_consumer_gets_the_newest_per_partition(broker):
+async def test_client_conflation_consumer_gets_the_newest_per_partition(broker, wire_seen):
     q = uniq("conf-cl")
     async with Queen(broker.url, framed_pop=True) as queen:
         await queen.queue(q).partition("k1").push([{"data": {"v": i}} for i in range(20)])
@@ -356,3 +384,4 @@ async def test_client_conflation_consumer_gets_the_newest_per_partition(broker):
         assert sorted((m["partition"], m["data"]["v"]) for m in got) == [("k1", 19), ("k2", 2)]
         assert (await queen.ack(got, True, {"group": "dash"}))["success"] is True
         assert await queen.queue(q).group("dash").conflation().wait(False).pop() == []
+    assert wire_seen["pop"] == 1  # the delivery came framed, with the echo in its own keys
