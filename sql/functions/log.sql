@@ -6,9 +6,14 @@
 -- A new partition's id: the next queen_partition_numbers value n inside a version-8 UUID,
 -- 00000000-0000-8000-(n with its top two bits set to the variant 10), so the number travels as the
 -- u64 of a framed pop answer and comes back as a decimal string (broker/ids.py partition_uuid).
-CREATE OR REPLACE FUNCTION queen_partition_id() RETURNS uuid LANGUAGE sql VOLATILE AS $$
-    SELECT ('00000000-0000-8000-' || substr(h, 1, 4) || '-' || substr(h, 5, 12))::uuid
-    FROM (SELECT lpad(to_hex(nextval('queen_partition_numbers') | x'8000000000000000'::bigint), 16, '0') AS h) x
+-- (plpgsql: its body names the sequence of migration 0014, and these files are applied after earlier
+-- migrations too, where a LANGUAGE sql body would be checked against a schema without it.)
+CREATE OR REPLACE FUNCTION queen_partition_id() RETURNS uuid LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    h text := lpad(to_hex(nextval('queen_partition_numbers') | x'8000000000000000'::bigint), 16, '0');
+BEGIN
+    RETURN ('00000000-0000-8000-' || substr(h, 1, 4) || '-' || substr(h, 5, 12))::uuid;
+END
 $$;
 
 -- queen_push: write a batch of messages in one statement. Every writer of the log (push, transaction,
