@@ -23,6 +23,7 @@ from queen.http.push_binary import (
     encode_transaction_frames,
 )
 
+from broker.http.binary import FRAME_TRACE
 from broker.ids import partition_number, partition_uuid
 from broker.log.parse import partition_id
 
@@ -140,6 +141,18 @@ def _frame(mid: bytes, flags: int = 0, payload: bytes = b"1") -> bytes:
 def _z(raw: bytes) -> bytes:
     z = zstandard.ZstdCompressor(write_content_size=True).compress(raw)
     return struct.pack("<I", len(z)) + z
+
+
+def test_binary_push_frame_with_a_trace_id(api):
+    q = uniq("qpbt")
+    mid, trace = _v7(), uuid.uuid4()
+    body = bytes([FRAME_TRACE]) + mid + trace.bytes + struct.pack("<H", 2) + b"tr" + b'{"t":1}'
+    framed = b"QPB1\x08" + _group(q, struct.pack("<I", 1) + _z(struct.pack("<I", len(body)) + body))
+    assert api.post("/api/v1/push", content=framed, headers=BIN).json()[0]["message_id"] == str(uuid.UUID(bytes=mid))
+    m = _pop(api, q).json()["messages"][0]
+    assert (m["traceId"], m["transactionId"], m["data"]) == (str(trace), "tr", {"t": 1})
+    short = b"QPB1\x08" + _group(q, struct.pack("<I", 1) + _z(struct.pack("<I", 20) + body[:20]))
+    refused(api.post("/api/v1/push", content=short, headers=BIN), 400, "bad_request", "bad_binary_body")
 
 
 @pytest.mark.parametrize("case", sorted(MALFORMED))

@@ -56,6 +56,7 @@ _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 _I64 = struct.Struct("<q")
 _EPOCH = datetime(1970, 1, 1).toordinal()
+_INFLATE = zstandard.ZstdDecompressor()  # one per worker process: the event loop uses it one call at a time
 
 
 def is_binary(request: web.Request) -> bool:
@@ -124,7 +125,7 @@ class _Budget:
         if size > self.bytes:
             raise PayloadTooLarge("body_too_large", f"{what} decompresses to {size} bytes; at most {MAX_DECOMPRESSED} per body")
         try:
-            raw = zstandard.ZstdDecompressor().decompress(z, max_output_size=size)
+            raw = _INFLATE.decompress(z, max_output_size=size)
         except zstandard.ZstdError as exc:
             raise _bad(f"{what}: {exc}") from None
         if len(raw) != size:
@@ -153,30 +154,42 @@ def _payload(raw: bytes, where: str, max_payload: int) -> bytes:
     return raw
 
 
-def _message_id(raw: bytes, where: str) -> uuid.UUID:
-    mid = uuid.UUID(bytes=raw)
-    if mid.version != 7 or mid.variant != uuid.RFC_4122:
-        raise BadRequest("bad_message_id", f"{where} message id {mid} is not a version-7 UUID")
-    return mid
-
-
 def _frames(raw: bytes, n: int, queue: str, partition: str, where: str, max_payload: int) -> list[PushItem]:
     """The n stored-message frames of one group: ``u32 len | u8 flags | u8[16] id | [u8[16] trace]
-    | u16 len, txn | payload``."""
-    r = _Reader(raw)
-    out = []
+    | u16 len, txn | payload``. The id must be a version-7 UUID (the client mints those)."""
+    at, end, out = 0, len(raw), []
     for i in range(n):
-        at = f"{where} frame {i}"
-        frame = _Reader(r.take(r.num(_U32, at), at))
-        flags = frame.take(1, at)[0]
+        if at + 4 > end:
+            raise _bad(f"{where} holds fewer than its {n} frames")
+        start = at + 4
+        stop = start + _U32.unpack_from(raw, at)[0]
+        if stop > end or stop - start < 19:
+            raise _bad(f"{where} frame {i} is longer than its group, or shorter than its header")
+        flags = raw[start]
         if flags & ~FRAME_TRACE:
-            raise _bad(f"{at} has flags {flags} (only 1, a trace id, may come from a producer)")
-        mid = _message_id(frame.take(16, at), at)
-        trace = uuid.UUID(bytes=frame.take(16, at)) if flags & FRAME_TRACE else None
-        txn = parse.txn_id(frame.text(at), f"{at}.transactionId")
-        data = _payload(frame.data[frame.at:], f"{at}.payload", max_payload)
-        out.append(PushItem(queue, partition, data, txn, trace, None, mid))
-    r.end(f"{where}'s {n} frames")
+            raise _bad(f"{where} frame {i} has flags {flags} (only 1, a trace id, may come from a producer)")
+        if raw[start + 7] >> 4 != 7 or raw[start + 9] & 0xC0 != 0x80:
+            raise BadRequest("bad_message_id", f"{where} frame {i}: the message id is not a version-7 UUID")
+        mid = uuid.UUID(bytes=raw[start + 1:start + 17])
+        cur, trace = start + 17, None
+        if flags & FRAME_TRACE:
+            if cur + 16 + 2 > stop:
+                raise _bad(f"{where} frame {i} is shorter than its trace id")
+            trace = uuid.UUID(bytes=raw[cur:cur + 16])
+            cur += 16
+        txn_end = cur + 2 + _U16.unpack_from(raw, cur)[0]
+        if txn_end > stop:
+            raise _bad(f"{where} frame {i}: the transaction id runs past the frame")
+        try:
+            txn = raw[cur + 2:txn_end].decode("utf-8")
+        except UnicodeDecodeError:
+            raise _bad(f"{where} frame {i}: the transaction id is not UTF-8") from None
+        data = _payload(raw[txn_end:stop], f"{where} frame {i}.payload", max_payload)
+        out.append(PushItem(queue, partition, data, parse.txn_id(txn, f"{where} frame {i}.transactionId"), trace,
+                            None, mid))
+        at = stop
+    if at != end:
+        raise _bad(f"{end - at} bytes after {where}'s {n} frames")
     return out
 
 
@@ -324,7 +337,8 @@ def encode_pop(answer: dict[str, Any]) -> bytes | None:
     claims: list[tuple[int, str, int, list[dict[str, Any]]]] = []  # (number, partition, attempt, messages)
     numbers: dict[str, int | None] = {}
     for m in msgs:
-        if any(v is not None for k, v in m.items() if k not in _FRAMED_KEYS):
+        extra = m.keys() - _FRAMED_KEYS
+        if extra and any(m[k] is not None for k in extra):
             return None
         if m.get("queue", queue) != queue or m.get("leaseId") != lease or m.get("consumerGroup") != group:
             return None
@@ -359,10 +373,11 @@ def encode_pop(answer: dict[str, Any]) -> bytes | None:
         records = _records(claimed)
         out += _U32.pack(len(records))
         for record in records:
-            body = bytearray()
+            pieces: list[bytes] = []
             for m in record:
-                if not _frame(body, m):
+                if not _frame(pieces, m):
                     return None
+            body = b"".join(pieces)
             out += _U64.pack(record[0]["offset"])
             out += _I64.pack(_micros(record[0]["createdAt"]))
             out += _U32.pack(len(record))
@@ -384,16 +399,24 @@ def _records(msgs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     return records
 
 
-def _frame(out: bytearray, m: dict[str, Any]) -> bool:
+_FRAME_HEAD = struct.Struct("<IB16s")
+
+
+def _frame(out: list[bytes], m: dict[str, Any]) -> bool:
     """``u32 len | u8 flags | u8[16] id | [u8[16] trace] | u16 txn | [u16 producer] | payload``."""
     trace, producer = m.get("traceId"), m.get("producerSub")
-    body = bytearray([(FRAME_TRACE if trace else 0) | (FRAME_PRODUCER if producer is not None else 0)])
-    body += uuid.UUID(m["id"]).bytes
-    if trace:
-        body += uuid.UUID(trace).bytes
-    if not _text16(body, m["transactionId"]) or (producer is not None and not _text16(body, producer)):
+    txn = m["transactionId"].encode()
+    sub = producer.encode() if producer is not None else b""
+    if len(txn) > 0xFFFF or len(sub) > 0xFFFF:
         return False
-    body += orjson.dumps(m["data"])
-    out += _U32.pack(len(body))
-    out += body
+    data = orjson.dumps(m["data"])
+    flags = (FRAME_TRACE if trace else 0) | (FRAME_PRODUCER if producer is not None else 0)
+    size = 19 + len(txn) + len(data) + (16 if trace else 0) + (2 + len(sub) if producer is not None else 0)
+    out.append(_FRAME_HEAD.pack(size, flags, bytes.fromhex(m["id"].replace("-", ""))))
+    if trace:
+        out.append(bytes.fromhex(trace.replace("-", "")))
+    out += (_U16.pack(len(txn)), txn)
+    if producer is not None:
+        out += (_U16.pack(len(sub)), sub)
+    out.append(data)
     return True
