@@ -18,7 +18,6 @@ printed; nothing is asserted. Not part of the test run.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import statistics
 import sys
@@ -32,6 +31,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bench_log import PAYLOAD, items, make_db, prefill, sql_pop_ack, sql_push, timed  # noqa: E402
+from bench.db import run_on_a_server  # noqa: E402
 from broker.localserver import LocalBroker  # noqa: E402
 
 
@@ -124,19 +124,7 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=200)
     ap.add_argument("--backlog", type=int, default=100, help="messages per partition before each pop phase")
     args = ap.parse_args()
-    server = os.environ.get("QUEEN_BENCH_DATABASE_URL") or os.environ.get("QUEEN_TEST_DATABASE_URL")
-    emb = None
-    if not server:
-        from broker.store import embedded
-
-        emb = embedded.start(Path(tempfile.mkdtemp(prefix="bench-wire-")))
-        server = emb.dsn()
-    try:
-        asyncio.run(run(args, server))
-    finally:
-        if emb is not None:
-            emb.stop()
-
+    run_on_a_server(lambda server: run(args, server), "bench-wire-")
 
 if __name__ == "__main__":
     main()
