@@ -11,8 +11,11 @@ QUEEN_BENCH_DATABASE_URL / QUEEN_TEST_DATABASE_URL names a server). Phases, each
   pop batch 100    autoAck pops (no ack, so the answer is what differs): JSON | QPF1 (``frames=true``) |
                    queen_pop over asyncpg (baseline); each side drains its own prefilled queue.
 
-The bodies are built with the official client's own encoders (queen.http.push_binary). Numbers are
-printed; nothing is asserted. Not part of the test run.
+The bodies are built with the official client's own encoders (queen.http.push_binary), before each
+phase; framed answers are counted from their headers. So the numbers are the broker's side of each
+format (the client's own encode/decode cost is not in them). Printed; nothing is asserted. Not part of the
+test run. Its ``test_*`` functions are the CPU-only side (``queen bench -k wire``): decoding a push and
+rendering a pop, per format, against the JSON path as the baseline.
 """
 
 from __future__ import annotations
@@ -20,13 +23,16 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import struct
 import sys
 import tempfile
+from datetime import UTC, datetime
 from pathlib import Path
 
 import aiohttp
 import asyncpg
 import orjson
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -35,24 +41,57 @@ from bench.db import run_on_a_server  # noqa: E402
 from broker.localserver import LocalBroker  # noqa: E402
 
 
-def _binary(its: list[dict], frames: bool) -> bytes:
-    from queen.http.push_binary import binary_push_body
+class Bodies:
+    """Push bodies built before a phase starts, so the load generator's encoding (the client's
+    json.dumps per payload, its zstd) does not compete with the broker for the two cores."""
 
-    body = binary_push_body(its, frames)
-    assert body is not None
-    return body
+    def __init__(self, queue: str, kind: str, partitions: int, n: int) -> None:
+        self.queue, self.kind, self.partitions = queue, kind, partitions
+        self.ready = [self.build() for _ in range(n)]
+
+    def build(self) -> tuple[bytes, str]:
+        from queen.http.push_binary import binary_push_body
+
+        its = items(self.queue, 100, self.partitions)
+        if self.kind == "json":
+            return orjson.dumps({"items": its}), "application/json"
+        body = binary_push_body(its, self.kind == "qpb1-frames")
+        assert body is not None
+        return body, "application/x-queen-push"
+
+    def take(self) -> tuple[bytes, str]:
+        return self.ready.pop() if self.ready else self.build()
 
 
-async def push(session: aiohttp.ClientSession, url: str, queue: str, kind: str, partitions: int) -> int:
-    its = items(queue, 100, partitions)
-    if kind == "json":
-        data, ctype = orjson.dumps({"items": its}), "application/json"
-    else:
-        data, ctype = _binary(its, kind == "qpb1-frames"), "application/x-queen-push"
+async def push(session: aiohttp.ClientSession, url: str, bodies: Bodies) -> int:
+    data, ctype = bodies.take()
     async with session.post(url + "/api/v1/push", data=data, headers={"content-type": ctype}) as r:
         assert r.status == 201, await r.text()
         await r.read()
     return 100
+
+
+def framed_count(raw: bytes) -> int:
+    """The messages of a framed pop answer, from its claim and record headers only (the bench checks the
+    broker's side; the client's decoder, pure Python, is its own cost)."""
+    at = 5
+    if raw[4] == 1:
+        at += 4 + struct.unpack_from("<I", raw, at)[0]
+    for _ in range(3):
+        at += 2 + struct.unpack_from("<H", raw, at)[0]
+    total, claims = 0, struct.unpack_from("<I", raw, at)[0]
+    at += 4
+    for _ in range(claims):
+        at += 8
+        at += 2 + struct.unpack_from("<H", raw, at)[0]
+        at += 20
+        records = struct.unpack_from("<I", raw, at)[0]
+        at += 4
+        for _ in range(records):
+            count, _codec, size = struct.unpack_from("<IBI", raw, at + 16)
+            total += count
+            at += 25 + size
+    return total
 
 
 async def pop(session: aiohttp.ClientSession, url: str, queue: str, framed: bool) -> int:
@@ -65,9 +104,7 @@ async def pop(session: aiohttp.ClientSession, url: str, queue: str, framed: bool
         raw = await r.read()
     if framed:
         assert raw[:4] == b"QPF1", raw[:40]
-        from queen.http.pop_frames import decode_pop_frames
-
-        return len(decode_pop_frames(raw)["messages"])
+        return framed_count(raw)
     return len(orjson.loads(raw)["messages"])
 
 
@@ -82,15 +119,17 @@ async def run(args: argparse.Namespace, server_dsn: str) -> None:
           flush=True)
     try:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=args.conns)) as s:
-            for _ in range(10):  # warm-up: plans, partitions
-                for kind in ("json", "qpb1", "qpb1-frames"):
-                    await push(s, b.url, "wire", kind, args.partitions)
+            for kind in ("json", "qpb1", "qpb1-frames"):  # warm-up: plans, partitions
+                warm = Bodies("wire", kind, args.partitions, 10)
+                for _ in range(10):
+                    await push(s, b.url, warm)
+            for _ in range(10):
                 await sql_push(pool, "wire_raw", 100, args.partitions)
             rates: dict[str, list[float]] = {}
             for _ in range(args.repeats):
                 for kind in ("json", "qpb1", "qpb1-frames"):
-                    _, rate = await timed(args.seconds, args.conns,
-                                          lambda kind=kind: push(s, b.url, "wire", kind, args.partitions))
+                    bodies = Bodies("wire", kind, args.partitions, args.prebuilt)
+                    _, rate = await timed(args.seconds, args.conns, lambda bodies=bodies: push(s, b.url, bodies))
                     rates.setdefault(f"push batch 100 {kind}", []).append(rate)
                 _, rate = await timed(args.seconds, args.conns, lambda: sql_push(pool, "wire_raw", 100, args.partitions))
                 rates.setdefault("push batch 100 raw SQL", []).append(rate)
@@ -122,9 +161,65 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--conns", type=int, default=20)
     ap.add_argument("--partitions", type=int, default=200)
+    ap.add_argument("--prebuilt", type=int, default=600, help="push bodies built before each push phase")
     ap.add_argument("--backlog", type=int, default=100, help="messages per partition before each pop phase")
     args = ap.parse_args()
     run_on_a_server(lambda server: run(args, server), "bench-wire-")
+
+# ---------------------------------------------------------------- CPU only (``queen bench -k wire``)
+
+
+def _decode_cases() -> dict[str, bytes]:
+    from queen.http.push_binary import binary_push_body
+
+    its = items("q", 100, 1)
+    return {"json": orjson.dumps({"items": its}), "qpb1": binary_push_body(its, False) or b"",
+            "qpb1-frames": binary_push_body(its, True) or b""}
+
+
+def _pop_answer() -> dict:
+    from broker.ids import partition_uuid, uuid7
+    from broker.log import render
+
+    pid, lease, at = str(partition_uuid(7)), str(uuid7()), render.ts(datetime.now(UTC))
+    msgs = [{"id": str(uuid7()), "transactionId": str(uuid7()), "traceId": None,
+             "data": orjson.Fragment(orjson.dumps(PAYLOAD)), "producerSub": "bench", "createdAt": at, "queue": "q",
+             "partitionId": pid, "partition": "p", "leaseId": lease, "consumerGroup": "g", "deliveryAttempt": 1,
+             "offset": i + 1} for i in range(100)]
+    return {"success": True, "queue": "q", "partition": "p", "partitionId": pid, "leaseId": lease,
+            "leaseExpiresAt": at, "consumerGroup": "g", "partitionsClaimed": 1, "messages": msgs}
+
+
+@pytest.mark.parametrize("kind", ["json", "qpb1", "qpb1-frames"])
+def test_decode_push_100(benchmark, kind):  # type: ignore[no-untyped-def]
+    """What the push handler does with a body of 100 items before the database: JSON (parse_json +
+    parse.push_items, the baseline) vs the binary decoder."""
+    from broker.http import binary
+    from broker.http.wire import parse_json
+    from broker.log import parse
+
+    raw = _decode_cases()[kind]
+    benchmark.group = "decode a push of 100 items"
+    benchmark.extra_info["role"] = "baseline" if kind == "json" else "ours"
+    if kind == "json":
+        out = benchmark(lambda: parse.push_items(parse_json(raw)["items"], max_payload=1 << 20))
+    else:
+        out = benchmark(lambda: binary.decode_push(raw, max_payload=1 << 20).items)
+    assert len(out) == 100
+
+
+@pytest.mark.parametrize("kind", ["json", "qpf1"])
+def test_render_pop_100(benchmark, kind):  # type: ignore[no-untyped-def]
+    """A pop answer of 100 messages: the JSON response (baseline) vs the framed one."""
+    from broker.http import binary
+    from broker.http.wire import json_response
+
+    answer = _pop_answer()
+    benchmark.group = "render a pop of 100 messages"
+    benchmark.extra_info["role"] = "baseline" if kind == "json" else "ours"
+    out = benchmark(lambda: json_response(answer).body if kind == "json" else binary.encode_pop(answer))
+    assert out
+
 
 if __name__ == "__main__":
     main()
