@@ -274,6 +274,23 @@ def test_framed_pop_falls_back_to_json_when_a_frame_cannot_carry_the_answer(api,
     refused(_pop(api, q, frames="maybe"), 400, "bad_request", "bad_query")
 
 
+def test_encode_pop_keeps_json_for_what_frames_cannot_carry():
+    from broker.http.binary import encode_pop
+
+    pid = str(partition_uuid(9))
+    msg = {"id": str(uuid.uuid4()), "transactionId": "t", "traceId": None, "data": 1, "producerSub": None,
+           "createdAt": "2026-01-02T03:04:05.678Z", "queue": "q", "partitionId": pid, "partition": "p",
+           "leaseId": "L", "consumerGroup": "g", "deliveryAttempt": 1, "offset": 3}
+    answer = {"success": True, "queue": "q", "leaseId": "L", "consumerGroup": "g", "messages": [msg]}
+    got = decode_pop_frames(encode_pop(answer) or b"")
+    assert got["messages"][0]["createdAt"] == msg["createdAt"] and got["messages"][0]["partitionId"] == "9"
+    assert encode_pop({**answer, "messages": [{**msg, "deadlineNull": None}]}) is not None  # an absent value
+    for extra in ({"undecryptable": True, "data": None}, {"deadlineAt": "2026-01-02T03:04:06.000Z"},
+                  {"partitionId": str(uuid.uuid4())}, {"leaseId": "other"}, {"transactionId": "x" * 70_000}):
+        assert encode_pop({**answer, "messages": [{**msg, **extra}]}) is None, extra
+    assert encode_pop({**answer, "messages": []}) is None
+
+
 # ----------------------------------------------------------------------------------- the client
 
 
@@ -398,3 +415,21 @@ async def test_client_conflation_consumer_gets_the_newest_per_partition(broker, 
         assert (await queen.ack(got, True, {"group": "dash"}))["success"] is True
         assert await queen.queue(q).group("dash").conflation().wait(False).pop() == []
     assert wire_seen["pop"] == 1  # the delivery came framed, with the echo in its own keys
+
+
+async def test_client_consume_with_conflation_runs_the_handler_on_the_newest(broker):
+    import asyncio
+
+    q = uniq("conf-consume")
+    seen: list[int] = []
+
+    async def handler(msg):
+        for m in msg if isinstance(msg, list) else [msg]:
+            seen.append(m["data"]["v"])
+
+    async with Queen(broker.url, framed_pop=True) as queen:
+        await queen.queue(q).partition("k").push([{"data": {"v": i}} for i in range(10)])
+        # long polls included: every answer, the empty ones too, carries the echo the consumer checks
+        await asyncio.wait_for(queen.queue(q).group("c").conflation().limit(1).idle_millis(1500).consume(handler), 20)
+        assert seen == [9]
+        assert await queen.queue(q).group("c").conflation().wait(False).pop() == []
