@@ -244,7 +244,8 @@ def test_framed_pop_decodes_to_the_json_answer(api):
     number = str(partition_number(uuid.UUID(plain["partitionId"])))
     assert got["partitionId"] == number
     for a, b in zip(got["messages"], plain["messages"], strict=True):
-        b = {k: v for k, v in b.items() if k != "queue"}
+        # the per-message queue is the answer's; a null deadlineAt reads the same absent (msg.get)
+        assert b.pop("queue") == got["queue"] and b.pop("deadlineAt") is None
         b.update(partitionId=number, leaseId=got["leaseId"], consumerGroup="g")
         assert a == b
     assert got["leaseExpiresAt"] and got["partitionsClaimed"] == 1
@@ -272,6 +273,12 @@ def test_framed_pop_falls_back_to_json_when_a_frame_cannot_carry_the_answer(api,
     old = api.get(f"/api/v1/pop/queue/{q}/partition/old", params={"wait": "false", "frames": "true", "consumerGroup": "i"})
     assert old.headers["Content-Type"].startswith("application/json") and old.json()["messages"][0]["data"] == 2
     refused(_pop(api, q, frames="maybe"), 400, "bad_request", "bad_query")
+    # a message with a deadline: frames have no place for deadlineAt, so the answer stays JSON and carries it
+    dq = uniq("qpf-deadline")
+    api.push_items([{"queue": dq, "payload": 3, "deadlineMs": 60_000}])
+    timed = _pop(api, dq, frames="true", consumerGroup="g")
+    assert timed.headers["Content-Type"].startswith("application/json")
+    assert timed.json()["messages"][0]["deadlineAt"]
 
 
 def test_encode_pop_keeps_json_for_what_frames_cannot_carry():
