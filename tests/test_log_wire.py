@@ -174,6 +174,9 @@ def test_huge_declared_lengths_are_refused_before_anything_is_allocated(api):
     bomb = zstandard.ZstdCompressor(write_content_size=True).compress(bytes(65 * 1024 * 1024))
     refused(api.post("/api/v1/push", content=b"QPB1\x01" + struct.pack("<I", 65 * 1024 * 1024) + bomb, headers=BIN),
             413, "payload_too_large", "body_too_large")
+    # a body over QUEEN_MAX_BODY_BYTES (8 MiB) is refused before it is read, as a JSON one is
+    big = encode_push_binary([PushBatch(q, "p", [b'"' + b"x" * (9 * 1024 * 1024) + b'"'], ["big"])])
+    refused(api.post("/api/v1/push", content=big, headers=BIN), 413, "payload_too_large")
     assert _stored(api, q) == 0
 
 
