@@ -336,8 +336,12 @@ def encode_pop(answer: dict[str, Any]) -> bytes | None:
     queue, lease, group = answer.get("queue", ""), answer.get("leaseId", ""), answer.get("consumerGroup", "")
     claims: list[tuple[int, str, int, list[dict[str, Any]]]] = []  # (number, partition, attempt, messages)
     numbers: dict[str, int | None] = {}
+    extras: dict[tuple[str, ...], tuple[str, ...]] = {}  # a message's keys -> those frames have no place for
     for m in msgs:
-        extra = m.keys() - _FRAMED_KEYS
+        keys = tuple(m)
+        extra = extras.get(keys)
+        if extra is None:
+            extra = extras[keys] = tuple(k for k in keys if k not in _FRAMED_KEYS)
         if extra and any(m[k] is not None for k in extra):
             return None
         if m.get("queue", queue) != queue or m.get("leaseId") != lease or m.get("consumerGroup") != group:
