@@ -88,7 +88,7 @@ def test_binary_push_without_transaction_ids_and_counts_only(api):
     body = encode_push_binary([PushBatch(q, "p", [b'{"a":1}', b"null", b"[1,2]"])], counts=True)
     r = api.post("/api/v1/push", content=body, headers=BIN)
     assert r.status_code == 201, r.text
-    assert r.json() == {"count": 3, "queued": 3, "duplicate": 0, "error": None}
+    assert r.json() == {"count": 3, "queued": 3, "duplicate": 0, "failed": 0, "error": None}
     zbody = encode_push_binary([PushBatch(q, "p", [b'"z"'], ["tz"])], compress=True)
     assert api.post("/api/v1/push", content=zbody, headers=BIN).json()[0]["status"] == "queued"
     got = _pop(api, q, batch=10).json()["messages"]

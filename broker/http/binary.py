@@ -276,9 +276,12 @@ def decode_transaction(raw: bytes, *, max_payload: int) -> TransactionBody:
 
 
 def push_counts(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """The counts-only push answer (flag 2): nothing failed when the call answers 201."""
-    queued = sum(1 for x in results if x["status"] == "queued")
-    return {"count": len(results), "queued": queued, "duplicate": len(results) - queued, "error": None}
+    """The counts-only push answer (flag 2). ``error`` is null, or the error of the first item that
+    failed (a full queue: its items answer ``failed``), with ``failed`` counting them."""
+    statuses = [x["status"] for x in results]
+    failed = [x for x in results if x["status"] == "failed"]
+    return {"count": len(results), "queued": statuses.count("queued"), "duplicate": statuses.count("duplicate"),
+            "failed": len(failed), "error": failed[0].get("error") if failed else None}
 
 
 def transaction_counts(answer: dict[str, Any]) -> dict[str, Any]:
