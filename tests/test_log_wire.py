@@ -96,6 +96,18 @@ def test_binary_push_without_transaction_ids_and_counts_only(api):
     assert got[0]["transactionId"] == got[0]["id"]  # minted: the message id's text
 
 
+def test_binary_push_to_a_full_queue_fails_its_items_as_json_does(api):
+    q = uniq("qpb-full")
+    api.configure(q, maxSize=1)
+    api.push(q, [0])
+    items = binary_push_body(_items(q, 2), compress=False)
+    out = api.post("/api/v1/push", content=items, headers=BIN).json()
+    assert [x["status"] for x in out] == ["failed", "failed"] and out[0].get("reason") == "queue_full", out
+    counts = api.post("/api/v1/push", content=b"QPB1\x06" + items[5:], headers=BIN).json()
+    assert (counts["count"], counts["queued"], counts["failed"]) == (2, 0, 2) and counts["error"], counts
+    assert _stored(api, q) == 1
+
+
 def _stored(api, q: str) -> int:
     r = _pop(api, q, batch=100)
     return 0 if r.status_code == 204 else len(r.json()["messages"])
