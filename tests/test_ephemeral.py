@@ -298,3 +298,19 @@ def test_tenancy_grants_and_admission(start_broker):
         a.eph_push(q, [1])  # 1 + the first push = 2 used
         refused(a.eph_push_response(q, [2, 3]), 429, "quota_exceeded")
         wait_for(lambda: a.eph_depth(q)["depth"] == 1, what="the refused push changed nothing")
+
+
+def test_the_ring_keeps_a_message_until_every_registered_group_has_passed_it(api):
+    q = uniq("eph-fan")
+    assert api.eph_pop(q, group="slow") == []  # registers the group
+    api.eph_push(q, ["m"])
+    fast = api.eph_pop(q, group="fast")
+    assert api.eph_ack(q, fast, group="fast") == ["acked"]
+    assert api.eph_depth(q)["depth"] == 1  # "slow" has not seen it yet
+    assert [m["payload"] for m in api.eph_pop(q, group="slow", autoAck="true")] == ["m"]
+    assert api.eph_depth(q)["depth"] == 0
+    # a group that first pops after the ring dropped a message never sees it
+    api.eph_push(q, ["n"])
+    api.eph_pop(q, group="fast", autoAck="true")
+    api.eph_pop(q, group="slow", autoAck="true")
+    assert api.eph_pop(q, group="late") == []

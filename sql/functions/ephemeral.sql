@@ -9,9 +9,11 @@
 -- they settle.
 --
 -- Consumption: each group has a cursor per partition over the one ring (fan-out: every group sees
--- every message; competing consumers of one group share its cursor). A message leaves the ring when
--- every group that has a cursor on the queue has passed it and none holds it (queen_eph_trim), when
--- it is older than ttlSeconds, when dropOldest makes room, or on reset/delete.
+-- every message pushed after its first pop, and what the ring still holds from before; competing
+-- consumers of one group share its cursor). A message leaves the ring when every group that has
+-- popped from the queue has passed it and none holds it (queen_eph_trim), when it is older than
+-- ttlSeconds, when dropOldest makes room, or on reset/delete. A group that stops popping keeps the
+-- ring full until TTL or the bounds deal with it (reset forgets every group).
 -- Re-applied at boot when any function file changes (README, "Schema and upgrades"): CREATE OR
 -- REPLACE statements only; tables, indexes and data belong in forward-only migrations.
 
@@ -244,6 +246,10 @@ BEGIN
     v_lease := make_interval(secs => q.lease_s);
     PERFORM pg_advisory_xact_lock(queen_eph_key(p_tenant, p_queue), hashtext(p_grp));
     PERFORM queen_eph_expire(p_tenant, p_queue, q.ttl_s);
+    -- the group's registration (partition ''): from its first pop on, the ring keeps every message
+    -- for it until it has passed it (queen_eph_trim counts the groups that have a cursor row)
+    INSERT INTO queen_eph_cursors (tenant, queue, grp, partition, last_seq) VALUES (p_tenant, p_queue, p_grp, '', 0)
+    ON CONFLICT DO NOTHING;
 
     -- leases run out: beyond the retry limit (or on a message no longer in the ring) they end here
     WITH dead AS (
