@@ -86,7 +86,7 @@ ROUTES: list[tuple[str, str, str]] = [
     ("POST", "/api/v1/traces", "body"), ("GET", "/api/v1/traces/names", "read"),
     ("GET", "/api/v1/traces/by-name/{name}", "read"), ("GET", "/api/v1/traces/{pid}/{txn}", "read"),
     ("POST", "/api/v1/fetch", "body"), ("POST", "/api/v1/partitions/changed", "body"),
-    # ephemeral queues (PROTOCOL §6)
+    # ephemeral queues (docs/protocol.md §6)
     ("POST", "/api/v1/ephemeral/configure", "body"), ("POST", "/api/v1/ephemeral/reset", "body"),
     ("DELETE", "/api/v1/ephemeral/queue/{queue}", "write"), ("POST", "/api/v1/ephemeral/push", "body"),
     ("GET", "/api/v1/ephemeral/pop", "write"), ("POST", "/api/v1/ephemeral/ack", "body"),
