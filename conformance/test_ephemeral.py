@@ -147,17 +147,24 @@ def test_groups_fan_out_auto_ack_and_competing_consumers(api):
     assert sorted(seen[0] + seen[1]) == list(range(60))
 
 
-def _wait_in_thread(api: Any, q: str, out: dict[str, Any]) -> threading.Thread:
+def _woken_by_a_push(waiter: Any, pusher: Any, q: str, payload: str) -> None:
+    """A pop waiting on ``waiter`` is still waiting after 0.5 s, then answers ``payload`` within seconds of
+    its push through ``pusher``."""
+    out: dict[str, Any] = {}
+
     def wait() -> None:
         t0 = time.monotonic()
-        out["msgs"] = api.eph_pop(q, wait="true", timeout="10000", timeout_s=40)
+        out["msgs"] = waiter.eph_pop(q, wait="true", timeout="10000", timeout_s=40)
         out["elapsed"] = time.monotonic() - t0
 
     th = threading.Thread(target=wait, daemon=True)
     th.start()
     time.sleep(0.5)
     assert th.is_alive(), f"the waiting pop answered at once: {out}"
-    return th
+    expect(pusher.eph_push(q, [payload]), 201)
+    th.join(15)
+    assert [m["payload"] for m in out["msgs"]] == [payload], out
+    assert out["elapsed"] < 4, out
 
 
 @contract("EPH-WAIT-WOKEN")
@@ -166,12 +173,7 @@ def test_a_waiting_pop_is_woken_by_a_push(api):
     t0 = time.monotonic()
     assert api.eph_pop(q, wait="true", timeout="300") == []
     assert time.monotonic() - t0 >= 0.25, "answered before its timeout"
-    out: dict[str, Any] = {}
-    th = _wait_in_thread(api, q, out)
-    expect(api.eph_push(q, ["wake"]), 201)
-    th.join(15)
-    assert [m["payload"] for m in out["msgs"]] == ["wake"], out
-    assert out["elapsed"] < 4, out
+    _woken_by_a_push(api, api, q, "wake")
 
 
 @contract("EPH-RESET")
@@ -214,9 +216,4 @@ def test_another_tenant_sees_nothing(api, api_b):
 def test_push_on_one_broker_wakes_a_waiting_pop_on_another(api, api_other):
     q = uniq("eph")
     assert api_other.eph_pop(q) == []
-    out: dict[str, Any] = {}
-    th = _wait_in_thread(api_other, q, out)
-    expect(api.eph_push(q, ["across"]), 201)
-    th.join(15)
-    assert [m["payload"] for m in out["msgs"]] == ["across"], out
-    assert out["elapsed"] < 4, out
+    _woken_by_a_push(api_other, api, q, "across")

@@ -35,7 +35,7 @@ class PopRequest:
     batch: int
     wait: bool
     timeout_ms: int
-    auto_ack: bool
+    auto_ack: bool  # commit at delivery: no lease
 
 
 class EphemeralService:

@@ -8,9 +8,12 @@ list and depth need none beyond a valid credential. Push passes ``limits.admit``
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
 from broker import limits
+from broker.auth import Principal
 from broker.context import broker, principal
 from broker.ephemeral import parse
 from broker.ephemeral.service import EphemeralService, PopRequest
@@ -27,29 +30,27 @@ def _svc(request: web.Request) -> EphemeralService:
     return broker(request).services.ephemeral
 
 
-def _only(body: dict[str, object], keys: set[str]) -> None:
+async def _body(request: web.Request, grant: str, keys: set[str]) -> tuple[Principal, dict[str, Any], str]:
+    """The caller (holding ``grant``), the JSON body (only ``keys`` allowed) and its queue."""
+    p = principal(request)
+    p.require(grant)
+    body = await read_object(request)
     extra = set(body) - keys
     if extra:
         key = sorted(extra)[0]
         raise BadRequest("unknown_field", f"{key!r} is not a field of this call", extra={"field": key})
+    return p, body, parse.queue(body.get("queue"))
 
 
 async def configure(request: web.Request) -> web.Response:
-    p = principal(request)
-    p.require("produce")
-    body = await read_object(request)
-    _only(body, {"queue", "options"})
-    queue = parse.queue(body.get("queue"))
+    p, body, queue = await _body(request, "produce", {"queue", "options"})
     opts = parse.options(body.get("options"))
     return json_response(await _svc(request).configure(p, queue, opts))
 
 
 async def reset(request: web.Request) -> web.Response:
-    p = principal(request)
-    p.require("produce")
-    body = await read_object(request)
-    _only(body, {"queue"})
-    return json_response(await _svc(request).reset(p, parse.queue(body.get("queue"))))
+    p, _, queue = await _body(request, "produce", {"queue"})
+    return json_response(await _svc(request).reset(p, queue))
 
 
 async def delete(request: web.Request) -> web.Response:
@@ -60,11 +61,7 @@ async def delete(request: web.Request) -> web.Response:
 
 
 async def push(request: web.Request) -> web.Response:
-    p = principal(request)
-    p.require("produce")
-    body = await read_object(request)
-    _only(body, {"queue", "partition", "messages"})
-    queue = parse.queue(body.get("queue"))
+    p, body, queue = await _body(request, "produce", {"queue", "partition", "messages"})
     partition = name(body.get("partition"), "partition", default=parse.DEFAULT_PARTITION)
     plan = await limits.plan_for(broker(request), p.tenant)
     payloads = parse.payloads(body.get("messages"), max_payload=plan.max_payload_bytes)
@@ -88,11 +85,7 @@ async def pop(request: web.Request) -> web.Response:
 
 
 async def ack(request: web.Request) -> web.Response:
-    p = principal(request)
-    p.require("consume")
-    body = await read_object(request)
-    _only(body, {"queue", "group", "acks"})
-    queue = parse.queue(body.get("queue"))
+    p, body, queue = await _body(request, "consume", {"queue", "group", "acks"})
     group = opt_str(body.get("group"), "group") or QUEUE_MODE
     return json_response(await _svc(request).ack(p, queue, group, parse.acks(body.get("acks"))))
 
