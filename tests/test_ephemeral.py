@@ -45,6 +45,9 @@ def test_every_route_round_trip(api):
     refused(api.get(f"/api/v1/ephemeral/queues/{q}/depth"), 404, "ephemeral_queue_not_found")
     assert q not in {x["queue"] for x in api.get("/api/v1/ephemeral/queues").json()["queues"]}
     assert api.post("/api/v1/ephemeral/reset", json={"queue": q}).json()["dropped"] == 0
+    metrics = api.get("/metrics").text
+    for op in ("pushed", "popped", "acked", "unknown"):
+        assert f'queen_ephemeral_messages_total{{op="{op}"}}' in metrics, op
 
 
 def test_push_and_pop_create_an_implicit_queue_with_the_defaults(api):

@@ -17,6 +17,7 @@ from broker.auth import Principal
 from broker.ephemeral import parse
 from broker.errors import BadRequest, TooManyRequests
 from broker.log.waiters import Waiters
+from broker.metrics import EPHEMERAL_MESSAGES
 from broker.store.queries import Q
 
 if TYPE_CHECKING:
@@ -70,6 +71,9 @@ class EphemeralService:
                     "maxLength/maxBytes; nothing was pushed") from None
             raise
         assert row is not None
+        EPHEMERAL_MESSAGES.labels("pushed").inc(row["pushed"])
+        if row["dropped"]:
+            EPHEMERAL_MESSAGES.labels("dropped").inc(row["dropped"])
         return {"pushed": row["pushed"], "dropped": row["dropped"]}
 
     async def pop(self, principal: Principal, req: PopRequest) -> dict[str, Any]:
@@ -102,6 +106,8 @@ class EphemeralService:
             finally:
                 if ev is not None:
                     self.waiters.unregister(key, ev)
+        if held:
+            EPHEMERAL_MESSAGES.labels("popped").inc(len(held))
         return {"queue": req.queue, "messages": held}
 
     async def ack(self, principal: Principal, queue: str, group: str, acks: list[parse.Ack]) -> dict[str, Any]:
@@ -114,6 +120,8 @@ class EphemeralService:
                 [a.status for _, a in mine], [a.error for _, a in mine])
             for r in rows:
                 outcomes[mine[r["idx"]][0]] = r["outcome"]
+        for o in set(outcomes):
+            EPHEMERAL_MESSAGES.labels(o).inc(outcomes.count(o))
         return {"results": [{"id": a.id, "outcome": o} for a, o in zip(acks, outcomes, strict=True)]}
 
     async def reset(self, principal: Principal, queue: str) -> dict[str, Any]:
