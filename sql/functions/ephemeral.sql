@@ -217,6 +217,10 @@ BEGIN
     FROM (SELECT x, o FROM unnest(p_payloads) WITH ORDINALITY AS t(x, o) ORDER BY o) u;
     PERFORM queen_eph_count(p_tenant, p_queue, v_n, v_b, 0, 0, 0);
     PERFORM queen_meter(p_tenant, p_period_s, v_n, 0);
+    -- The meter row (and the sequence) are the push's only WAL: commit without waiting for its flush,
+    -- like the unlogged-only pops and acks do anyway. A database crash may then forget the metering of
+    -- the last moments' pushes - the very pushes whose messages that crash empties.
+    PERFORM set_config('synchronous_commit', 'off', true);
     PERFORM pg_notify('queen_ephemeral', p_tenant || E'\t' || p_queue);
     pushed := v_n;
     RETURN NEXT;
