@@ -7,7 +7,8 @@ Lifecycle (River's maintenance-service shape, driven by ``broker.app``):
 
 - ``start(broker)``: once boot has finished (migrations applied, pool open), subscribe the services to
   their NOTIFY channels and start the supervised loops (``broker.loops``), in this order:
-  ``listen`` (the LISTEN connection), ``limits-refresh``, ``kv-pruner``, ``log-retention``, ``sweeper``
+  ``listen`` (the LISTEN connection), ``limits-refresh``, ``kv-pruner``, ``log-retention``,
+  ``ephemeral-expiry``, ``sweeper``
   (unless ``QUEEN_SWEEPER_ENABLED=0``). ``/health`` lists them under ``loops``.
 - ``shutdown(broker)``: aiohttp's on_shutdown, before it waits for in-flight requests: the worker is
   draining and the long polls (the log's and the ephemeral queues') answer now.
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from broker import limits, metering, riders
 from broker.ephemeral import CHANNEL as EPH_CHANNEL
-from broker.ephemeral.service import EphemeralService
+from broker.ephemeral.service import EphemeralService, expiry_loop
 from broker.kv import pruner
 from broker.kv.rider import RIDER as KV_RIDER
 from broker.limits import LimitsCache
@@ -87,6 +88,7 @@ async def start(b: Broker) -> None:
     notifier.subscribe(EPH_CHANNEL, svc.ephemeral.waiters.notify)
     notifier.on_reconnect(svc.ephemeral.waiters.wake_all)
     b.loops.start("log-retention", lambda: retention.run(b.require_pool, b.settings))
+    b.loops.start("ephemeral-expiry", lambda: expiry_loop(b.require_pool, b.settings))
 
     if svc.sweeper is not None:
         notifier.subscribe(TIMERS_CHANNEL, svc.sweeper.notify)

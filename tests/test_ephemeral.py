@@ -317,3 +317,21 @@ def test_the_ring_keeps_a_message_until_every_registered_group_has_passed_it(api
     api.eph_pop(q, group="fast", autoAck="true")
     api.eph_pop(q, group="slow", autoAck="true")
     assert api.eph_pop(q, group="late") == []
+
+
+def test_the_expiry_loop_frees_the_room_of_queues_nobody_touches(start_broker):
+    b = start_broker(env={"QUEEN_EPHEMERAL_EXPIRY_INTERVAL_MS": "100"}, workers=1)
+    q = uniq("eph-idle")
+    with Api(httpx.Client(base_url=b.url, timeout=30)) as a:
+        a.eph_configure(q, ttlSeconds=1)
+        a.eph_push(q, [1, 2, 3])
+        assert "ephemeral-expiry" in a.get("/health").json()["loops"]
+
+        def rows() -> int:
+            return db_fetch(b.dsn, "SELECT count(*) AS n FROM queen_eph_messages WHERE queue = $1", q)[0]["n"]
+
+        assert rows() == 3
+        wait_for(lambda: rows() == 0, timeout=10, what="the expiry loop dropping the expired messages")
+        # counted without any push or pop having touched the queue
+        stats = db_fetch(b.dsn, "SELECT depth, dropped_ttl FROM queen_eph_stats WHERE queue = $1", q)[0]
+        assert (stats["depth"], stats["dropped_ttl"]) == (0, 3)

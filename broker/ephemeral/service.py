@@ -7,6 +7,7 @@ for ``count`` (or ``batch``) of them."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -14,10 +15,13 @@ import asyncpg
 
 from broker import limits, metering
 from broker.auth import Principal
+from broker.config import Settings
 from broker.ephemeral import parse
 from broker.errors import BadRequest, TooManyRequests
 from broker.log.waiters import Waiters
+from broker.loops import in_batches
 from broker.metrics import EPHEMERAL_MESSAGES
+from broker.store.pool import Executor
 from broker.store.queries import Q
 
 if TYPE_CHECKING:
@@ -147,3 +151,19 @@ def _message(r: Any) -> dict[str, Any]:
     if r["last_error"] is not None:
         msg["lastError"] = r["last_error"]
     return msg
+
+
+EXPIRY_BATCH = 10_000
+
+
+async def expire_once(pool: Executor) -> int:
+    """One pass of the ``ephemeral-expiry`` loop: how many expired messages went."""
+    n = int(await pool.fetchval(Q.eph_sweep, EXPIRY_BATCH))
+    if n:
+        EPHEMERAL_MESSAGES.labels("expired").inc(n)
+    return n
+
+
+async def expiry_loop(pool: Callable[[], asyncpg.Pool], s: Settings) -> None:
+    """The ``ephemeral-expiry`` loop body (started by ``broker.services``)."""
+    await in_batches(lambda: expire_once(pool()), EXPIRY_BATCH, s.ephemeral_expiry_interval_ms / 1000.0)

@@ -105,6 +105,28 @@ BEGIN
 END
 $$;
 
+-- Housekeeping (the ephemeral-expiry loop): drop expired messages of every queue with a ttlSeconds,
+-- queue by queue, until about p_limit went; returns how many went. Delivery never depends on it (pops
+-- and pushes expire their queue first); it gives back the room of queues nobody touches.
+CREATE OR REPLACE FUNCTION queen_eph_sweep(p_limit integer) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    q record;
+    n bigint := 0;
+    before bigint;
+BEGIN
+    FOR q IN SELECT e.tenant, e.name, e.ttl_s FROM queen_eph_queues e WHERE e.ttl_s > 0 LOOP
+        EXIT WHEN n >= p_limit;
+        SELECT coalesce(max(s.dropped_ttl), 0) INTO before FROM queen_eph_stats s
+        WHERE s.tenant = q.tenant AND s.queue = q.name;
+        PERFORM queen_eph_expire(q.tenant, q.name, q.ttl_s);
+        n := n + (SELECT coalesce(max(s.dropped_ttl), 0) FROM queen_eph_stats s
+                  WHERE s.tenant = q.tenant AND s.queue = q.name) - before;
+    END LOOP;
+    RETURN n;
+END
+$$;
+
 -- Remove the messages every group of the queue has passed and none holds under a lease.
 CREATE OR REPLACE FUNCTION queen_eph_trim(p_tenant text, p_queue text)
 RETURNS void LANGUAGE plpgsql AS $$

@@ -30,3 +30,7 @@ SELECT queen_eph_list($1)
 
 -- name: eph_depth
 SELECT queen_eph_depth($1, $2)
+
+-- name: eph_sweep
+-- The ephemeral-expiry loop: drop expired messages of every queue with a TTL, about $1 at most.
+SELECT queen_eph_sweep($1)
