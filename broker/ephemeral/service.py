@@ -91,8 +91,10 @@ class EphemeralService:
         while True:
             ev = self.waiters.register(key) if req.wait else None
             try:
-                rows = await pool.fetch(Q.eph_pop, principal.tenant, req.queue, req.partition, req.group,
-                                        req.batch - len(held), req.auto_ack)
+                got = await pool.fetch(Q.eph_pop, principal.tenant, req.queue, req.partition, req.group,
+                                       req.batch - len(held), req.auto_ack)
+                rows = [r for r in got if r["seq"] is not None]
+                due = [r["due_ms"] for r in got if r["seq"] is None and r["due_ms"] is not None]
                 if rows and not held:
                     window_until = loop.time() + rows[0]["window_ms"] / 1000
                     want = min(req.batch, rows[0]["window_count"] or req.batch)
@@ -100,6 +102,8 @@ class EphemeralService:
                 if ev is None or self.b.draining or len(held) >= want:
                     break
                 until = min(deadline, window_until) if held else deadline
+                if due:  # a lease runs out then: its redelivery sends no NOTIFY, look again at that moment
+                    until = min(until, loop.time() + max(due[0], 5) / 1000)
                 remaining = until - loop.time()
                 if remaining <= 0:
                     break

@@ -252,11 +252,12 @@ $$;
 -- Pop up to p_batch messages for a group: first its leases that have run out (redelivered with
 -- attempts + 1; beyond the retry limit dropped and counted), then messages past its cursor in seq
 -- order. With p_auto_ack nothing is leased (the cursor moves, at most once). Each row carries the
--- incarnation tag (for the id) and the queue's window buffer (for a waiting pop).
+-- incarnation tag (for the id) and the queue's window buffer (for a waiting pop); when there is no
+-- message, one row with seq NULL carries due_ms: how long until the group's first lease runs out.
 CREATE OR REPLACE FUNCTION queen_eph_pop(p_tenant text, p_queue text, p_partition text, p_grp text,
                                          p_batch integer, p_auto_ack boolean)
 RETURNS TABLE (seq bigint, partition text, payload jsonb, attempts integer, last_error text, tag text,
-               window_ms integer, window_count integer)
+               window_ms integer, window_count integer, due_ms integer)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
@@ -313,7 +314,7 @@ BEGIN
     ), out AS (
         SELECT * FROM settled UNION ALL SELECT * FROM leased
     )
-    SELECT o.seq, o.partition, m.payload, o.attempts, o.last_error, v_tag, q.window_ms, q.window_count
+    SELECT o.seq, o.partition, m.payload, o.attempts, o.last_error, v_tag, q.window_ms, q.window_count, NULL::integer
     FROM out o JOIN queen_eph_messages m ON m.tenant = p_tenant AND m.queue = p_queue AND m.seq = o.seq
     ORDER BY o.seq;
     GET DIAGNOSTICS n = ROW_COUNT;
@@ -338,11 +339,23 @@ BEGIN
             SELECT p_tenant, p_queue, p_grp, k.seq, k.partition, 1, now() + v_lease FROM picked k
             WHERE NOT p_auto_ack
         )
-        SELECT k.seq, k.partition, k.payload, 1, NULL::text, v_tag, q.window_ms, q.window_count
+        SELECT k.seq, k.partition, k.payload, 1, NULL::text, v_tag, q.window_ms, q.window_count, NULL::integer
         FROM picked k ORDER BY k.seq;
+        GET DIAGNOSTICS n = ROW_COUNT;
+        v_left := v_left - n::integer;
     END IF;
     IF p_auto_ack THEN
         PERFORM queen_eph_trim(p_tenant, p_queue);
+    END IF;
+    IF v_left = p_batch THEN
+        -- nothing to hand out: one row without a message, saying when the group's first lease runs out
+        -- (a waiting pop sleeps until then at most: a redelivery sends no NOTIFY)
+        RETURN QUERY
+        SELECT NULL::bigint, NULL::text, NULL::jsonb, NULL::integer, NULL::text, v_tag, q.window_ms, q.window_count,
+               (SELECT ceil(greatest(extract(epoch FROM min(i.lease_until) - now()), 0) * 1000)::integer
+                FROM queen_eph_inflight i
+                WHERE i.tenant = p_tenant AND i.queue = p_queue AND i.grp = p_grp
+                  AND (p_partition IS NULL OR i.partition = p_partition));
     END IF;
 END
 $$;

@@ -12,7 +12,7 @@ SELECT pushed, dropped FROM queen_eph_push($1, $2, $3, $4::text[]::jsonb[], $5)
 
 -- name: eph_pop
 -- $1 tenant, $2 queue, $3 partition (NULL: any), $4 group, $5 batch, $6 autoAck.
-SELECT seq, partition, payload, attempts, last_error, tag, window_ms, window_count
+SELECT seq, partition, payload, attempts, last_error, tag, window_ms, window_count, due_ms
 FROM queen_eph_pop($1, $2, $3, $4, $5, $6)
 
 -- name: eph_ack
