@@ -90,6 +90,7 @@ def test_configure_refusals_change_nothing(api, body, reason):
     ({"messages": {"payload": 1}}, "bad_messages"),
     ({"messages": [{"payload": 1}], "partition": ""}, "bad_name"),
     ({"messages": [{"payload": 1}], "items": []}, "unknown_field"),
+    ({"messages": [{"payload": {"s": "nul\u0000"}}]}, "bad_payload"),
 ])
 def test_push_refusals_change_nothing(api, body, reason):
     q = uniq("eph-bad")
@@ -102,10 +103,12 @@ def test_pop_and_ack_refusals(api):
     refused(api.get("/api/v1/ephemeral/pop", params={"queue": "q", "batch": "x"}), 400, "bad_request", "bad_query")
     refused(api.get("/api/v1/ephemeral/pop", params={"queue": "q", "wait": "maybe"}), 400, "bad_request", "bad_query")
     for acks, reason in [({"id": "a", "status": "dlq"}, "bad_ack_status"), ({"id": ""}, "bad_ack"),
-                         ({"id": "a", "leaseId": "x"}, "unknown_field"), ({"id": "a", "error": 5}, "bad_ack")]:
+                         ({"id": "a", "leaseId": "x"}, "unknown_field"), ({"id": "a", "error": 5}, "bad_ack"),
+                         ({"id": "a", "error": "n\u0000l"}, "bad_ack")]:
         refused(api.post("/api/v1/ephemeral/ack", json={"queue": "q", "acks": [acks]}), 400, "bad_request", reason)
     # an id this broker never minted is not an error: the outcome says it
-    assert api.eph_ack(uniq("eph"), ["not-an-id", "x.1.1"]) == ["unknown", "stale"]
+    assert api.eph_ack(uniq("eph"), ["not-an-id", "x.1.1", "a\u0000.1.1", "x.\u00b2.1"]) == \
+        ["unknown", "stale", "unknown", "unknown"]
 
 
 def test_reject_policy_refuses_with_429_and_changes_nothing(api):

@@ -98,6 +98,9 @@ def payloads(raw: Any, *, max_payload: int) -> list[str]:
         if not isinstance(m, dict) or "payload" not in m or set(m) != {"payload"}:
             raise BadRequest("bad_message", f"messages[{i}] must be an object with exactly one key, payload")
         text = orjson.dumps(m["payload"])
+        if b"\\u0000" in text:
+            raise BadRequest("bad_payload", f"messages[{i}].payload contains a NUL character in a string, which "
+                             "cannot be stored", extra={"index": i})
         if len(text) > max_payload:
             raise BadRequest("payload_too_large", f"messages[{i}].payload is {len(text)} bytes; "
                              f"at most {max_payload}", extra={"index": i})
@@ -112,7 +115,8 @@ def message_id(tag: str, seq: int, attempt: int) -> str:
 
 def _split_id(value: str) -> tuple[str | None, int | None, int | None]:
     parts = value.split(".")
-    if len(parts) != 3 or not parts[0] or not parts[1].isdigit() or not parts[2].isdigit():
+    if len(parts) != 3 or not all(p.isascii() and p.isalnum() for p in parts) or not parts[1].isdigit() \
+            or not parts[2].isdigit():
         return None, None, None
     seq, attempt = int(parts[1]), int(parts[2])
     if seq >= 2**63 or attempt >= 2**31:
@@ -141,8 +145,9 @@ def acks(raw: Any) -> list[Ack]:
         if status not in ACK_STATUSES:
             raise BadRequest("bad_ack_status", f"{where}.status must be one of {', '.join(ACK_STATUSES)}")
         error = a.get("error")
-        if error is not None and (not isinstance(error, str) or len(error) > MAX_ERROR):
-            raise BadRequest("bad_ack", f"{where}.error must be a string of at most {MAX_ERROR} characters")
+        if error is not None and (not isinstance(error, str) or len(error) > MAX_ERROR or "\x00" in error):
+            raise BadRequest("bad_ack", f"{where}.error must be a string of at most {MAX_ERROR} characters, "
+                             "without NUL")
         out.append(Ack(mid, *_split_id(mid), status=status, error=error))
     return out
 
