@@ -339,3 +339,24 @@ def test_the_expiry_loop_frees_the_room_of_queues_nobody_touches(start_broker):
         # counted without any push or pop having touched the queue
         stats = db_fetch(b.dsn, "SELECT depth, dropped_ttl FROM queen_eph_stats WHERE queue = $1", q)[0]
         assert (stats["depth"], stats["dropped_ttl"]) == (0, 3)
+
+
+async def test_bounds_hold_under_concurrent_pushes_and_order_is_fifo(ahttp, api):
+    q = uniq("eph-bound")
+    api.eph_configure(q, maxLength=50)
+
+    async def pusher(k: int) -> list[int]:
+        out = []
+        for i in range(30):
+            r = await ahttp.post("/api/v1/ephemeral/push", json={"queue": q, "messages": [{"payload": k * 100 + i}]})
+            out.append(r.status_code)
+        return out
+
+    statuses = [s for part in await asyncio.gather(*(pusher(k) for k in range(4))) for s in part]
+    assert statuses.count(201) == 50 and statuses.count(429) == 70, statuses
+    d = api.eph_depth(q)
+    assert d["depth"] == 50 and d["pending"] == 50
+    # one big push keeps its order
+    q2 = uniq("eph-order")
+    api.eph_push(q2, list(range(500)))
+    assert [m["payload"] for m in api.eph_pop(q2, batch=500, autoAck="true")] == list(range(500))
