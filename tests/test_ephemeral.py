@@ -360,3 +360,22 @@ async def test_bounds_hold_under_concurrent_pushes_and_order_is_fifo(ahttp, api)
     q2 = uniq("eph-order")
     api.eph_push(q2, list(range(500)))
     assert [m["payload"] for m in api.eph_pop(q2, batch=500, autoAck="true")] == list(range(500))
+
+
+async def test_concurrent_acks_of_two_groups_leave_nothing_behind(ahttp, api):
+    q = uniq("eph-settle")
+    for g in ("a", "b"):
+        api.eph_pop(q, group=g)
+    api.eph_push(q, list(range(120)))
+    held = {g: api.eph_pop(q, group=g, batch=120) for g in ("a", "b")}
+    assert all(len(m) == 120 for m in held.values())
+
+    async def settle(g: str) -> None:
+        for i in range(0, 120, 4):
+            r = await ahttp.post("/api/v1/ephemeral/ack",
+                                 json={"queue": q, "group": g, "acks": [{"id": m["id"]} for m in held[g][i:i + 4]]})
+            assert {x["outcome"] for x in r.json()["results"]} == {"acked"}
+
+    await asyncio.gather(settle("a"), settle("b"))
+    d = api.eph_depth(q)
+    assert d["depth"] == 0 and d["inFlight"] == 0, d

@@ -6,7 +6,7 @@
 -- (hash(tenant, queue), 0), so the bounds are judged against a depth no other push is changing; a pop
 -- holds (hash(tenant, queue), hash(group)), so two consumers of one group never take the same
 -- message (the cursor and the due leases are read and moved under it). Acks lock the in-flight rows
--- they settle.
+-- they settle; removing settled messages from the ring takes turns per queue (queen_eph_trim).
 --
 -- Consumption: each group has a cursor per partition over the one ring (fan-out: every group sees
 -- every message pushed after its first pop, and what the ring still holds from before; competing
@@ -127,26 +127,29 @@ BEGIN
 END
 $$;
 
--- Remove the messages every group of the queue has passed and none holds under a lease.
-CREATE OR REPLACE FUNCTION queen_eph_trim(p_tenant text, p_queue text)
+-- Remove those of p_seqs that every group of the queue has passed and none holds under a lease (a
+-- group that has no cursor row for the message's partition has not passed it). Callers pass what they
+-- just settled or handed out for good. Trims of one queue take turns (an advisory lock held to commit)
+-- and each judges with what the previous ones committed, so when two groups settle a message at once
+-- the later trim sees the other's change and removes it: nothing is left behind.
+CREATE OR REPLACE FUNCTION queen_eph_trim(p_tenant text, p_queue text, p_seqs bigint[])
 RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
+    IF coalesce(cardinality(p_seqs), 0) = 0 THEN
+        RETURN;
+    END IF;
+    PERFORM pg_advisory_xact_lock(hashtext(E'eph-trim\x1f' || p_tenant || E'\x1f' || p_queue), 0);
     PERFORM queen_eph_drop(p_tenant, p_queue, ARRAY(
-        WITH groups AS (
-            SELECT count(DISTINCT c.grp) AS n FROM queen_eph_cursors c
-            WHERE c.tenant = p_tenant AND c.queue = p_queue
-        ), floors AS (
-            -- per partition, the lowest cursor; a group without a cursor there has passed nothing
-            SELECT c.partition, min(c.last_seq) AS floor FROM queen_eph_cursors c
-            WHERE c.tenant = p_tenant AND c.queue = p_queue
-            GROUP BY c.partition
-            HAVING count(*) = (SELECT n FROM groups)
-        )
-        SELECT m.seq FROM floors f
-        JOIN queen_eph_messages m
-          ON m.tenant = p_tenant AND m.queue = p_queue AND m.partition = f.partition AND m.seq <= f.floor
-        WHERE NOT EXISTS (SELECT 1 FROM queen_eph_inflight i
-                          WHERE i.tenant = p_tenant AND i.queue = p_queue AND i.seq = m.seq)), '');
+        SELECT m.seq FROM queen_eph_messages m
+        WHERE m.tenant = p_tenant AND m.queue = p_queue AND m.seq = ANY (p_seqs)
+          AND NOT EXISTS (SELECT 1 FROM queen_eph_inflight i
+                          WHERE i.tenant = p_tenant AND i.queue = p_queue AND i.seq = m.seq)
+          AND NOT EXISTS (
+              SELECT 1 FROM (SELECT DISTINCT c.grp FROM queen_eph_cursors c
+                             WHERE c.tenant = p_tenant AND c.queue = p_queue) g
+              LEFT JOIN queen_eph_cursors c
+                ON c.tenant = p_tenant AND c.queue = p_queue AND c.grp = g.grp AND c.partition = m.partition
+              WHERE coalesce(c.last_seq, 0) < m.seq)), '');
 END
 $$;
 
@@ -263,8 +266,10 @@ LANGUAGE plpgsql AS $$
 DECLARE
     q record;
     v_tag text;
-    v_left integer := p_batch;
     v_lease interval;
+    v_dead bigint[];
+    v_due bigint[];
+    v_new bigint[];
     n bigint;
 BEGIN
     PERFORM queen_eph_ensure(p_tenant, p_queue);
@@ -285,69 +290,68 @@ BEGIN
           AND (i.attempts > q.retry_limit
                OR NOT EXISTS (SELECT 1 FROM queen_eph_messages m
                               WHERE m.tenant = p_tenant AND m.queue = p_queue AND m.seq = i.seq))
-        RETURNING i.attempts > q.retry_limit AS over
+        RETURNING i.seq, i.attempts > q.retry_limit AS over
     )
-    SELECT count(*) FILTER (WHERE over) INTO n FROM dead;
+    SELECT array_agg(d.seq) FILTER (WHERE d.over), count(*) FILTER (WHERE d.over) INTO v_dead, n FROM dead d;
     IF n > 0 THEN
         PERFORM queen_eph_count(p_tenant, p_queue, 0, 0, 0, 0, n);
-        PERFORM queen_eph_trim(p_tenant, p_queue);  -- the group is done with them
     END IF;
 
-    RETURN QUERY
-    WITH due AS (
+    -- redeliveries: the group's leases that ran out, oldest message first
+    v_due := ARRAY(
         SELECT i.seq FROM queen_eph_inflight i
         WHERE i.tenant = p_tenant AND i.queue = p_queue AND i.grp = p_grp AND i.lease_until <= now()
           AND (p_partition IS NULL OR i.partition = p_partition)
         ORDER BY i.seq LIMIT p_batch
-        FOR UPDATE
-    ), settled AS (  -- autoAck: a redelivery is the last one
-        DELETE FROM queen_eph_inflight i USING due
-        WHERE p_auto_ack AND i.tenant = p_tenant AND i.queue = p_queue AND i.grp = p_grp AND i.seq = due.seq
-        RETURNING i.seq, i.partition, i.attempts + 1 AS attempts, i.last_error
-    ), leased AS (
+        FOR UPDATE);
+    RETURN QUERY
+    SELECT m.seq, m.partition, m.payload, i.attempts + 1, i.last_error, v_tag, q.window_ms, q.window_count,
+           NULL::integer
+    FROM queen_eph_inflight i
+    JOIN queen_eph_messages m ON m.tenant = p_tenant AND m.queue = p_queue AND m.seq = i.seq
+    WHERE i.tenant = p_tenant AND i.queue = p_queue AND i.grp = p_grp AND i.seq = ANY (v_due)
+    ORDER BY m.seq;
+    IF p_auto_ack THEN  -- committed at delivery: this redelivery is the last
+        DELETE FROM queen_eph_inflight i
+        WHERE i.tenant = p_tenant AND i.queue = p_queue AND i.grp = p_grp AND i.seq = ANY (v_due);
+    ELSE
         UPDATE queen_eph_inflight i SET attempts = i.attempts + 1, lease_until = now() + v_lease, last_error = NULL
-        FROM due
-        WHERE NOT p_auto_ack AND i.tenant = p_tenant AND i.queue = p_queue AND i.grp = p_grp AND i.seq = due.seq
-        RETURNING i.seq, i.partition, i.attempts, (SELECT f.last_error FROM queen_eph_inflight f
-                                                   WHERE f.tenant = p_tenant AND f.queue = p_queue
-                                                     AND f.grp = p_grp AND f.seq = i.seq) AS last_error
-    ), out AS (
-        SELECT * FROM settled UNION ALL SELECT * FROM leased
-    )
-    SELECT o.seq, o.partition, m.payload, o.attempts, o.last_error, v_tag, q.window_ms, q.window_count, NULL::integer
-    FROM out o JOIN queen_eph_messages m ON m.tenant = p_tenant AND m.queue = p_queue AND m.seq = o.seq
-    ORDER BY o.seq;
-    GET DIAGNOSTICS n = ROW_COUNT;
-    v_left := p_batch - n::integer;
+        WHERE i.tenant = p_tenant AND i.queue = p_queue AND i.grp = p_grp AND i.seq = ANY (v_due);
+    END IF;
 
-    IF v_left > 0 THEN
-        RETURN QUERY
-        WITH picked AS (
-            SELECT m.seq, m.partition, m.payload FROM queen_eph_messages m
-            LEFT JOIN queen_eph_cursors c
-              ON c.tenant = p_tenant AND c.queue = p_queue AND c.grp = p_grp AND c.partition = m.partition
-            WHERE m.tenant = p_tenant AND m.queue = p_queue
-              AND (p_partition IS NULL OR m.partition = p_partition)
-              AND m.seq > coalesce(c.last_seq, 0)
-            ORDER BY m.seq LIMIT v_left
-        ), moved AS (
-            INSERT INTO queen_eph_cursors AS c (tenant, queue, grp, partition, last_seq)
-            SELECT p_tenant, p_queue, p_grp, k.partition, max(k.seq) FROM picked k GROUP BY k.partition
-            ON CONFLICT (tenant, queue, grp, partition) DO UPDATE SET last_seq = greatest(c.last_seq, excluded.last_seq)
-        ), held AS (
+    -- then messages past the group's cursor, in seq order (FIFO per partition)
+    v_new := ARRAY(
+        SELECT m.seq FROM queen_eph_messages m
+        LEFT JOIN queen_eph_cursors c
+          ON c.tenant = p_tenant AND c.queue = p_queue AND c.grp = p_grp AND c.partition = m.partition
+        WHERE m.tenant = p_tenant AND m.queue = p_queue
+          AND (p_partition IS NULL OR m.partition = p_partition)
+          AND m.seq > coalesce(c.last_seq, 0)
+        ORDER BY m.seq LIMIT p_batch - cardinality(v_due));
+    IF cardinality(v_new) > 0 THEN
+        INSERT INTO queen_eph_cursors AS c (tenant, queue, grp, partition, last_seq)
+        SELECT p_tenant, p_queue, p_grp, m.partition, max(m.seq) FROM queen_eph_messages m
+        WHERE m.tenant = p_tenant AND m.queue = p_queue AND m.seq = ANY (v_new)
+        GROUP BY m.partition
+        ON CONFLICT (tenant, queue, grp, partition) DO UPDATE SET last_seq = greatest(c.last_seq, excluded.last_seq);
+        IF NOT p_auto_ack THEN
             INSERT INTO queen_eph_inflight (tenant, queue, grp, seq, partition, attempts, lease_until)
-            SELECT p_tenant, p_queue, p_grp, k.seq, k.partition, 1, now() + v_lease FROM picked k
-            WHERE NOT p_auto_ack
-        )
-        SELECT k.seq, k.partition, k.payload, 1, NULL::text, v_tag, q.window_ms, q.window_count, NULL::integer
-        FROM picked k ORDER BY k.seq;
-        GET DIAGNOSTICS n = ROW_COUNT;
-        v_left := v_left - n::integer;
+            SELECT p_tenant, p_queue, p_grp, m.seq, m.partition, 1, now() + v_lease FROM queen_eph_messages m
+            WHERE m.tenant = p_tenant AND m.queue = p_queue AND m.seq = ANY (v_new);
+        END IF;
+        RETURN QUERY
+        SELECT m.seq, m.partition, m.payload, 1, NULL::text, v_tag, q.window_ms, q.window_count, NULL::integer
+        FROM queen_eph_messages m
+        WHERE m.tenant = p_tenant AND m.queue = p_queue AND m.seq = ANY (v_new)
+        ORDER BY m.seq;
     END IF;
+
     IF p_auto_ack THEN
-        PERFORM queen_eph_trim(p_tenant, p_queue);
+        PERFORM queen_eph_trim(p_tenant, p_queue, coalesce(v_dead, '{}') || v_due || v_new);
+    ELSE
+        PERFORM queen_eph_trim(p_tenant, p_queue, v_dead);
     END IF;
-    IF v_left = p_batch THEN
+    IF cardinality(v_due) + cardinality(v_new) = 0 THEN
         -- nothing to hand out: one row without a message, saying when the group's first lease runs out
         -- (a waiting pop sleeps until then at most: a redelivery sends no NOTIFY)
         RETURN QUERY
@@ -378,6 +382,7 @@ DECLARE
     v_dropped bigint := 0;
     v_redelivered boolean := false;
     v_queue boolean;
+    v_settled bigint[] := '{}';
 BEGIN
     SELECT * INTO q FROM queen_eph_queues WHERE tenant = p_tenant AND name = p_queue;
     v_queue := FOUND;
@@ -399,6 +404,7 @@ BEGIN
                 IF p_statuses[k] <> 'completed' THEN
                     v_dropped := v_dropped + 1;
                 END IF;
+                v_settled := v_settled || p_seqs[k];
                 outcome := 'acked';
             ELSE
                 UPDATE queen_eph_inflight f SET lease_until = now(), last_error = p_errors[k]
@@ -413,7 +419,7 @@ BEGIN
         IF v_dropped > 0 THEN
             PERFORM queen_eph_count(p_tenant, p_queue, 0, 0, 0, 0, v_dropped);
         END IF;
-        PERFORM queen_eph_trim(p_tenant, p_queue);
+        PERFORM queen_eph_trim(p_tenant, p_queue, v_settled);
     END IF;
     IF v_redelivered THEN
         PERFORM pg_notify('queen_ephemeral', p_tenant || E'\t' || p_queue);
