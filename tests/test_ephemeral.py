@@ -324,9 +324,13 @@ def test_the_ring_keeps_a_message_until_every_registered_group_has_passed_it(api
 
 
 def test_the_expiry_loop_frees_the_room_of_queues_nobody_touches(start_broker):
-    b = start_broker(env={"QUEEN_EPHEMERAL_EXPIRY_INTERVAL_MS": "100"}, workers=1)
+    b = start_broker(env={"QUEEN_EPHEMERAL_EXPIRY_INTERVAL_MS": "100", "QUEEN_EPHEMERAL_IDLE_S": "2"}, workers=1)
     q = uniq("eph-idle")
+    idle, busy, declared = uniq("eph-idle-impl"), uniq("eph-idle-full"), uniq("eph-idle-decl")
     with Api(httpx.Client(base_url=b.url, timeout=30)) as a:
+        a.eph_pop(idle)
+        a.eph_push(busy, ["kept"])
+        a.eph_configure(declared)
         a.eph_configure(q, ttlSeconds=1)
         a.eph_push(q, [1, 2, 3])
         assert "ephemeral-expiry" in a.get("/health").json()["loops"]
@@ -339,6 +343,13 @@ def test_the_expiry_loop_frees_the_room_of_queues_nobody_touches(start_broker):
         # counted without any push or pop having touched the queue
         stats = db_fetch(b.dsn, "SELECT depth, dropped_ttl FROM queen_eph_stats WHERE queue = $1", q)[0]
         assert (stats["depth"], stats["dropped_ttl"]) == (0, 3)
+        # an implicit queue empty and idle for QUEEN_EPHEMERAL_IDLE_S is forgotten; one holding a
+        # message, and a declared one, stay
+        wait_for(lambda: a.get(f"/api/v1/ephemeral/queues/{idle}/depth").status_code == 404, timeout=10,
+                 what="the idle implicit queue forgotten")
+        assert a.eph_depth(busy)["depth"] == 1
+        assert a.eph_depth(declared)["tier"] == "declared"
+        assert [m["payload"] for m in a.eph_pop(busy)] == ["kept"]
 
 
 async def test_bounds_hold_under_concurrent_pushes_and_order_is_fifo(ahttp, api):

@@ -423,6 +423,7 @@ def fuzz_broker(start_broker):
         # the loops stay quiet, so a refused request is the only thing that could change a table
         "QUEEN_SWEEPER_ENABLED": "0", "QUEEN_KV_PRUNE_INTERVAL_MS": "3600000",
         "QUEEN_LOG_RETENTION_INTERVAL_MS": "3600000", "QUEEN_LIMITS_REFRESH_MS": "3600000",
+        "QUEEN_EPHEMERAL_EXPIRY_INTERVAL_MS": "3600000",
     })
 
 

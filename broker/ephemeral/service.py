@@ -160,9 +160,10 @@ def _message(r: Any) -> dict[str, Any]:
 EXPIRY_BATCH = 10_000
 
 
-async def expire_once(pool: Executor) -> int:
-    """One pass of the ``ephemeral-expiry`` loop: how many expired messages went."""
-    n = int(await pool.fetchval(Q.eph_sweep, EXPIRY_BATCH))
+async def expire_once(pool: Executor, idle_s: int) -> int:
+    """One pass of the ``ephemeral-expiry`` loop: how many expired messages went (implicit queues empty
+    and idle for ``idle_s`` are forgotten on the way)."""
+    n = int(await pool.fetchval(Q.eph_sweep, EXPIRY_BATCH, idle_s))
     if n:
         EPHEMERAL_MESSAGES.labels("expired").inc(n)
     return n
@@ -170,4 +171,5 @@ async def expire_once(pool: Executor) -> int:
 
 async def expiry_loop(pool: Callable[[], asyncpg.Pool], s: Settings) -> None:
     """The ``ephemeral-expiry`` loop body (started by ``broker.services``)."""
-    await in_batches(lambda: expire_once(pool()), EXPIRY_BATCH, s.ephemeral_expiry_interval_ms / 1000.0)
+    await in_batches(lambda: expire_once(pool(), s.ephemeral_idle_s), EXPIRY_BATCH,
+                     s.ephemeral_expiry_interval_ms / 1000.0)

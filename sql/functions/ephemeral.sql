@@ -62,7 +62,7 @@ BEGIN
     INSERT INTO queen_eph_stats AS s (tenant, queue, depth, bytes, dropped_bounds, dropped_ttl, dropped_retry)
     VALUES (p_tenant, p_queue, greatest(d_depth, 0), greatest(d_bytes, 0), d_bounds, d_ttl, d_retry)
     ON CONFLICT (tenant, queue) DO UPDATE
-    SET depth = greatest(s.depth + d_depth, 0), bytes = greatest(s.bytes + d_bytes, 0),
+    SET depth = greatest(s.depth + d_depth, 0), bytes = greatest(s.bytes + d_bytes, 0), touched_at = now(),
         dropped_bounds = s.dropped_bounds + d_bounds, dropped_ttl = s.dropped_ttl + d_ttl,
         dropped_retry = s.dropped_retry + d_retry;
 END
@@ -106,9 +106,11 @@ END
 $$;
 
 -- Housekeeping (the ephemeral-expiry loop): drop expired messages of every queue with a ttlSeconds,
--- queue by queue, until about p_limit went; returns how many went. Delivery never depends on it (pops
--- and pushes expire their queue first); it gives back the room of queues nobody touches.
-CREATE OR REPLACE FUNCTION queen_eph_sweep(p_limit integer) RETURNS bigint
+-- queue by queue, until about p_limit went, then forget up to 100 implicit queues that are empty and
+-- untouched (no push, settle or drop) for p_idle_s, with their group cursors and counters (a queue
+-- being pushed to right now is skipped: it holds the push lock). Returns the messages dropped.
+-- Delivery never depends on it (pushes and pops expire their queue first).
+CREATE OR REPLACE FUNCTION queen_eph_sweep(p_limit integer, p_idle_s integer) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
     q record;
@@ -122,6 +124,17 @@ BEGIN
         PERFORM queen_eph_expire(q.tenant, q.name, q.ttl_s);
         n := n + (SELECT coalesce(max(s.dropped_ttl), 0) FROM queen_eph_stats s
                   WHERE s.tenant = q.tenant AND s.queue = q.name) - before;
+    END LOOP;
+    FOR q IN SELECT e.tenant, e.name FROM queen_eph_queues e
+             LEFT JOIN queen_eph_stats s ON s.tenant = e.tenant AND s.queue = e.name
+             WHERE NOT e.declared AND e.created_at < now() - make_interval(secs => p_idle_s)
+               AND coalesce(s.touched_at, e.created_at) < now() - make_interval(secs => p_idle_s)
+             LIMIT 100 LOOP
+        IF pg_try_advisory_xact_lock(queen_eph_key(q.tenant, q.name), 0)
+           AND NOT EXISTS (SELECT 1 FROM queen_eph_messages m WHERE m.tenant = q.tenant AND m.queue = q.name)
+           AND NOT EXISTS (SELECT 1 FROM queen_eph_inflight i WHERE i.tenant = q.tenant AND i.queue = q.name) THEN
+            PERFORM queen_eph_delete(q.tenant, q.name);
+        END IF;
     END LOOP;
     RETURN n;
 END
@@ -209,6 +222,8 @@ DECLARE
 BEGIN
     pushed := 0;
     dropped := 0;
+    -- taken before the declaration is read or made: the idle-queue collection takes it too
+    PERFORM pg_advisory_xact_lock(queen_eph_key(p_tenant, p_queue), 0);
     PERFORM queen_eph_ensure(p_tenant, p_queue);
     SELECT * INTO q FROM queen_eph_queues WHERE tenant = p_tenant AND name = p_queue;
     SELECT count(*), coalesce(sum(octet_length(x::text)), 0) INTO v_n, v_b FROM unnest(p_payloads) x;
@@ -219,7 +234,6 @@ BEGIN
     IF v_n > q.max_length OR v_b > q.max_bytes THEN
         RAISE EXCEPTION 'the push alone exceeds the bounds of ephemeral queue %', p_queue USING ERRCODE = 'QE002';
     END IF;
-    PERFORM pg_advisory_xact_lock(queen_eph_key(p_tenant, p_queue), 0);
     PERFORM queen_eph_expire(p_tenant, p_queue, q.ttl_s);
     SELECT coalesce(max(s.depth), 0) + v_n - q.max_length, coalesce(max(s.bytes), 0) + v_b - q.max_bytes
     INTO need_n, need_b

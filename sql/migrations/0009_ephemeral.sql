@@ -6,7 +6,8 @@
 -- The functions are in sql/functions/ephemeral.sql.
 
 -- One row per queue a tenant has, declared (POST /api/v1/ephemeral/configure) or implicit (first
--- named by a push or a pop, with these defaults). Like every table, each of them leads with tenant.
+-- named by a push or a pop, with these defaults; forgotten by the ephemeral-expiry loop once empty and
+-- idle for QUEEN_EPHEMERAL_IDLE_S). Like every table, each of them leads with tenant.
 CREATE TABLE queen_eph_queues (
     tenant       text NOT NULL,
     name         text COLLATE "C" NOT NULL,
@@ -79,6 +80,7 @@ CREATE UNLOGGED TABLE queen_eph_stats (
     dropped_bounds bigint NOT NULL DEFAULT 0,
     dropped_ttl    bigint NOT NULL DEFAULT 0,
     dropped_retry  bigint NOT NULL DEFAULT 0,
+    touched_at     timestamptz NOT NULL DEFAULT now(),  -- the last push, settle or drop
     PRIMARY KEY (tenant, queue)
 );
 

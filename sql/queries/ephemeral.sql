@@ -32,5 +32,6 @@ SELECT queen_eph_list($1)
 SELECT queen_eph_depth($1, $2)
 
 -- name: eph_sweep
--- The ephemeral-expiry loop: drop expired messages of every queue with a TTL, about $1 at most.
-SELECT queen_eph_sweep($1)
+-- The ephemeral-expiry loop: drop expired messages of every queue with a TTL (about $1 at most), forget
+-- implicit queues empty and idle for $2 seconds.
+SELECT queen_eph_sweep($1, $2)
