@@ -33,7 +33,9 @@ EXCEEDS_BOUNDS = "QE002"  # raised by queen_eph_push: the batch alone is larger 
 
 
 @dataclass(frozen=True)
-class PopRequest:
+class EphemeralPop:
+    """One pop as the route parsed it (``group`` already defaulted to the queue mode)."""
+
     queue: str
     partition: str | None
     group: str
@@ -80,7 +82,7 @@ class EphemeralService:
             EPHEMERAL_MESSAGES.labels("dropped").inc(row["dropped"])
         return {"pushed": row["pushed"], "dropped": row["dropped"]}
 
-    async def pop(self, principal: Principal, req: PopRequest) -> dict[str, Any]:
+    async def pop(self, principal: Principal, req: EphemeralPop) -> dict[str, Any]:
         pool = self.b.require_pool()
         key = [(principal.tenant, req.queue)]
         loop = asyncio.get_running_loop()

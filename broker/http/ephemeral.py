@@ -16,7 +16,7 @@ from broker import limits
 from broker.auth import Principal
 from broker.context import broker, principal
 from broker.ephemeral import parse
-from broker.ephemeral.service import EphemeralService, PopRequest
+from broker.ephemeral.service import EphemeralPop, EphemeralService
 from broker.errors import BadRequest, NotFound
 from broker.http.wire import json_response, q_bool, q_int, read_object
 from broker.log import QUEUE_MODE
@@ -72,7 +72,7 @@ async def pop(request: web.Request) -> web.Response:
     p = principal(request)
     p.require("consume")
     q = request.query
-    req = PopRequest(
+    req = EphemeralPop(
         queue=parse.queue(q.get("queue")),
         partition=opt_str(q.get("partition"), "partition"),
         group=opt_str(q.get("group"), "group") or QUEUE_MODE,
