@@ -390,3 +390,34 @@ async def test_concurrent_acks_of_two_groups_leave_nothing_behind(ahttp, api):
     await asyncio.gather(settle("a"), settle("b"))
     d = api.eph_depth(q)
     assert d["depth"] == 0 and d["inFlight"] == 0, d
+
+
+def test_a_database_crash_empties_the_contents_and_keeps_the_declarations(controlled_pg, start_broker):
+    """What the class promises and what it gives up (docs/protocol.md §6): PostgreSQL's crash recovery
+    resets the UNLOGGED contents; the declaration survives; an id minted before the crash is stale."""
+    ctl = controlled_pg.controller
+    b = start_broker(dsn=controlled_pg.new_db(template=False), workers=1)
+    q = uniq("eph-crash")
+    with Api(httpx.Client(base_url=b.url, timeout=30)) as a:
+        a.eph_configure(q, maxLength=9)
+        a.eph_push(q, ["lost", "too"])
+        held = a.eph_pop(q)
+        try:
+            ctl.pg_ctl("stop", "-m", "immediate")  # a crash: no shutdown checkpoint, recovery at start
+        finally:
+            ctl.pg_ctl("start")
+            ctl.refresh()
+
+        def depth() -> dict | None:
+            try:
+                r = a.get(f"/api/v1/ephemeral/queues/{q}/depth")
+            except httpx.TransportError:
+                return None
+            return r.json() if r.status_code == 200 else None
+
+        d = wait_for(depth, timeout=30, what="the broker serving again after the database's recovery")
+        assert d["depth"] == 0 and d["tier"] == "declared" and d["options"]["maxLength"] == 9, d
+        assert a.eph_pop(q, batch=10) == []
+        assert a.eph_ack(q, held) == ["stale"]
+        a.eph_push(q, ["after"])
+        assert [m["payload"] for m in a.eph_pop(q)] == ["after"]
