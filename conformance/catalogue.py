@@ -20,6 +20,7 @@ Sources:
          edges the target states (horizon, max payload) are read from GET /api/v1/usage.
   XB   = the README's "Multiple brokers on one database": contracts that need two --url of one deployment
          (NOT VERIFIED with one).
+  EPH  = docs/protocol.md §6: the ephemeral queues (/api/v1/ephemeral/*).
 
 ``queen conformance --list`` prints every id with its sentence and the tests that check it.
 """
@@ -38,6 +39,7 @@ class C:
 
 TR = "docs/timer-routes.md"
 ML = "README / Message log"
+E6 = "docs/protocol.md §6"
 
 CONTRACTS: tuple[C, ...] = (
     # ---------------------------------------------------------------- timer spec: The routes
@@ -687,6 +689,54 @@ CONTRACTS: tuple[C, ...] = (
       "POST /api/v1/partitions/changed lists a queue's partitions in creation order, paged by the `next` "
       "cursor, only those written at or after `since`, with a safeTime that, passed back as `since`, shows "
       "exactly the partitions written after it; safeTime strings compare in time order."),
+    # ---------------------------------------------------------------- ephemeral queues (docs/protocol.md §6)
+    C("EPH-CONFIGURE", E6,
+      "POST /api/v1/ephemeral/configure answers the declaration with every effective option (the ones not "
+      "given take their defaults); an unknown option, or a value out of its range, is 400 and declares "
+      "nothing (depth stays 404)."),
+    C("EPH-PUSH-POP-SHAPE", E6,
+      "A push answers 201 {pushed: n}; a pop answers 200 {queue, messages: [{id, partition, payload, "
+      "attempts}]}, FIFO per partition, payloads as pushed, attempts 1 on a first delivery, and an empty "
+      "list (never 204) when there is nothing."),
+    C("EPH-POLICY-REJECT", E6,
+      "At maxLength or maxBytes, a queue whose policy is reject refuses the push with 429 and Retry-After, "
+      "and nothing of that push is stored (all or nothing); consuming makes room again."),
+    C("EPH-POLICY-DROP-OLDEST", E6,
+      "A queue whose policy is dropOldest accepts the push and drops the oldest messages to stay within "
+      "its bounds; the drops are counted in the queue's gauges."),
+    C("EPH-ACK-OUTCOMES", E6,
+      "An ack answers one {id, outcome} per id in order: acked for a held delivery; unknown for one settled "
+      "already; redelivered for status retry/failed with attempts left, the message coming back with "
+      "attempts + 1."),
+    C("EPH-LEASE-REDELIVERY", E6,
+      "An unacked message is not handed to another consumer of the group while its lease lives, and is "
+      "redelivered with attempts + 1 once leaseSeconds have passed; the ack of the old delivery is then "
+      "unknown."),
+    C("EPH-RETRY-LIMIT", E6,
+      "Once a message has been delivered retryLimit + 1 times and its last lease runs out (or its last "
+      "delivery is nacked) it is dropped, never delivered again, and counted."),
+    C("EPH-TTL", E6,
+      "A message older than the queue's ttlSeconds is never delivered."),
+    C("EPH-GROUPS", E6,
+      "Each group has its own cursor (two groups each get every message); autoAck commits at delivery (no "
+      "lease, no redelivery); two consumers of one group never receive the same message under a live lease."),
+    C("EPH-WAIT-WOKEN", E6,
+      "A waiting pop (wait=true) on an empty queue answers as soon as a push arrives, well before its "
+      "timeout, and answers an empty list at its timeout."),
+    C("EPH-RESET", E6,
+      "reset answers {dropped: n}, empties the queue and keeps the declaration; reset of a missing queue "
+      "answers dropped: 0; the queue list shows the tenant's queues with their tier; depth of a missing "
+      "queue is 404 with code ephemeral_queue_not_found."),
+    C("EPH-DELETE", E6,
+      "DELETE /api/v1/ephemeral/queue/{queue} (admin grant, like the log's queue delete) answers "
+      "{deleted: true} for a queue, removing its declaration (depth is then 404 ephemeral_queue_not_found), "
+      "and {deleted: false} for a missing one."),
+    C("EPH-TENANT-ISOLATION", E6,
+      "Another tenant sees nothing of a tenant's ephemeral queue: not in its list, 404 on depth, an empty "
+      "pop, and its ack of the tenant's ids settles nothing."),
+    C("XB-EPH-WAKE", "README / Multiple brokers on one database",
+      "A push to an ephemeral queue through one broker wakes a waiting ephemeral pop on another broker of "
+      "the deployment within seconds, and a message pushed through one is popped through the other."),
 )
 
 BY_ID: dict[str, C] = {c.id: c for c in CONTRACTS}

@@ -150,6 +150,17 @@ def owned_fields_stripped(req: Req, st: dict[str, Any]) -> Req:
     return req
 
 
+def eph_nack_reads_acked(req: Req, resp: Resp, st: dict[str, Any]) -> Resp:
+    """An ephemeral ack that reports a nack's redelivery as acked (the client would drop its retry)."""
+    data = resp.json()
+    if req.path == "/api/v1/ephemeral/ack" and isinstance(data, dict) and isinstance(data.get("results"), list):
+        for r in data["results"]:
+            if isinstance(r, dict) and r.get("outcome") == "redelivered":
+                r["outcome"] = "acked"
+        resp.set_json(data)
+    return resp
+
+
 def list_limit_rejected(req: Req, st: dict[str, Any]) -> Req | Resp:
     if req.method == "GET" and _is_timer_list(req.path) and "limit" in req.query:
         try:
@@ -656,6 +667,8 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
            on_request=owned_fields_stripped),
     Mutant("list-limit-rejected", ("TMR-LIST-LIMIT-CLAMPED",), "the list limit rejected instead of clamped",
            on_request=list_limit_rejected),
+    Mutant("eph-nack-reads-acked", ("EPH-ACK-OUTCOMES", "EPH-RETRY-LIMIT"),
+           "an ephemeral nack's outcome reported as acked instead of redelivered", on_response=eph_nack_reads_acked),
     Mutant("too-late-409", ("TMR-TOO-LATE-CANCEL", "TMR-TOO-LATE-RESCHEDULE"), "too_late answered as HTTP 409",
            on_response=too_late_409),
     Mutant("retry-after-dropped", ("LIM-RATE-LIMITED", "LIM-QUOTA-EXCEEDED"), "Retry-After dropped from 429",

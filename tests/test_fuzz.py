@@ -86,12 +86,17 @@ ROUTES: list[tuple[str, str, str]] = [
     ("POST", "/api/v1/traces", "body"), ("GET", "/api/v1/traces/names", "read"),
     ("GET", "/api/v1/traces/by-name/{name}", "read"), ("GET", "/api/v1/traces/{pid}/{txn}", "read"),
     ("POST", "/api/v1/fetch", "body"), ("POST", "/api/v1/partitions/changed", "body"),
+    # ephemeral queues (docs/protocol.md §6)
+    ("POST", "/api/v1/ephemeral/configure", "body"), ("POST", "/api/v1/ephemeral/reset", "body"),
+    ("DELETE", "/api/v1/ephemeral/queue/{queue}", "write"), ("POST", "/api/v1/ephemeral/push", "body"),
+    ("GET", "/api/v1/ephemeral/pop", "write"), ("POST", "/api/v1/ephemeral/ack", "body"),
+    ("GET", "/api/v1/ephemeral/queues", "read"), ("GET", "/api/v1/ephemeral/queues/{queue}/depth", "read"),
     ("GET", "/api/v1/no/such/route", "read"), ("PATCH", "/api/v1/push", "read"), ("OPTIONS", "/api/v1/kv", "read"),
 ]
 
 QUERY_KEYS = ["batch", "wait", "timeout", "autoAck", "consumerGroup", "subscriptionMode", "subscriptionFrom",
               "partitions", "namespace", "task", "from", "to", "limit", "offset", "queue", "partition",
-              "ttlSeconds", "forever", "ms", "transactionId", "conflation", "after", "prefix", "tenant"]
+              "ttlSeconds", "forever", "ms", "transactionId", "conflation", "after", "prefix", "tenant", "group"]
 
 HOSTILE_STRINGS = [
     "", " ", "a" * 300, "a" * 5000, "\x00", "a\x00b", "\u0000", "\ud7ff", "\U0001f600", "é", "../../etc/passwd",
@@ -301,7 +306,8 @@ class Generator:
 FIELD_NAMES = ["queue", "partition", "payload", "items", "operations", "op", "ns", "key", "keys", "value", "type",
                "transactionId", "partitionId", "leaseId", "consumerGroup", "status", "acknowledgments", "options",
                "delayMs", "timerKey", "txn", "ttlSeconds", "forever", "expect", "delta", "tenant", "traceId",
-               "deadlineMs", "requiredLeases", "kv", "timers", "echo", "prefix", "limit", "after", "error"]
+               "deadlineMs", "requiredLeases", "kv", "timers", "echo", "prefix", "limit", "after", "error",
+               "messages", "acks", "id", "group", "maxLength", "maxBytes", "policy", "windowBuffer"]
 
 
 def skeleton(template: str, rng: random.Random, tag: str) -> object:
@@ -332,6 +338,11 @@ def skeleton(template: str, rng: random.Random, tag: str) -> object:
         "/api/v1/admin/ping": {"echo": {"a": [1, 2]}},
         "/api/v1/lease/{lease}/extend": {},
         "/api/v1/dlq/{id}/replay": {},
+        "/api/v1/ephemeral/configure": {"queue": q, "options": {"maxLength": 5, "policy": "dropOldest",
+                                                                "windowBuffer": {"ms": 10, "count": 2}}},
+        "/api/v1/ephemeral/reset": {"queue": q},
+        "/api/v1/ephemeral/push": {"queue": q, "partition": f"p-{tag}", "messages": [{"payload": {"n": tag}}]},
+        "/api/v1/ephemeral/ack": {"queue": q, "group": f"g-{tag}", "acks": [{"id": "x.1.1", "status": "retry"}]},
     }.get(template, {"x": 1})
 
 
@@ -449,6 +460,7 @@ def fuzz_broker(start_broker):
         # the loops stay quiet, so a refused request is the only thing that could change a table
         "QUEEN_SWEEPER_ENABLED": "0", "QUEEN_KV_PRUNE_INTERVAL_MS": "3600000",
         "QUEEN_LOG_RETENTION_INTERVAL_MS": "3600000", "QUEEN_LIMITS_REFRESH_MS": "3600000",
+        "QUEEN_EPHEMERAL_EXPIRY_INTERVAL_MS": "3600000",
     })
 
 
