@@ -366,8 +366,34 @@ CONTRACTS: tuple[C, ...] = (
       "A new group without subscription parameters starts at the oldest message (mode all)."),
     C("LOG-POP-PARTITION-ROUTE", f"{ML} table / docs/protocol.md §2.4",
       "GET /api/v1/pop/queue/{q}/partition/{p} pops only partition p."),
-    C("LOG-POP-CONFLATION-REFUSED", f"{ML} / Pop",
-      "conflation=true is refused: 400 conflation_unsupported."),
+    # LOG-POP-CONFLATION-REFUSED is retired: conflation is served (LOG-POP-CONFLATION*).
+    C("LOG-POP-CONFLATION", f"{ML} / Pop / docs/protocol.md §2.4",
+      "A pop with conflation=true of a consumer group delivers, per claimed partition, only the newest message, "
+      "retires the ones behind it for that group (other groups still read them) and echoes \"conflation\": true."),
+    C("LOG-POP-CONFLATION-ECHO-EMPTY", "docs/protocol.md §2.4",
+      "An empty answer to a conflating pop is 200 with \"conflation\": true, never a bodiless 204."),
+    C("LOG-POP-CONFLATION-STORED", "docs/protocol.md §2.4",
+      "Conflation is stored with the group at its first pop and wins: a consumer of a conflating group that "
+      "does not ask still gets last-value delivery and the echo; one that asks for a group stored without it "
+      "gets ordinary delivery and \"conflationConflict\": true."),
+    C("LOG-POP-CONFLATION-REFUSALS", "docs/protocol.md §2.4",
+      "conflation=true without a consumerGroup, or with autoAck=true, is a 400 in the envelope."),
+    C("LOG-PUSH-BINARY", "docs/protocol.md §1.9",
+      "POST /api/v1/push with Content-Type application/x-queen-push and a QPB1 body stores the items in order "
+      "and answers 201 with one result per item, as the JSON body does (a repeated transaction id is a duplicate "
+      "of the first message)."),
+    C("LOG-PUSH-BINARY-FRAMES", "docs/protocol.md §1.9",
+      "A QPB1 body with flag 8 (zstd groups of stored-message frames) keeps the client's message ids: the push "
+      "answer and the popped messages carry them."),
+    C("LOG-PUSH-BINARY-MALFORMED", "docs/protocol.md §1.9",
+      "A binary push body that does not parse whole (wrong magic, unknown flags, truncated, a length or count past "
+      "the end, trailing bytes, a payload that is not JSON) is a 400 in the envelope and stores nothing."),
+    C("LOG-TX-BINARY", "docs/protocol.md §1.10",
+      "POST /api/v1/transaction with a QTB1 body applies the head's operations and the groups' pushes in one "
+      "transaction; results list the head's operations first, then the pushed messages in wire order."),
+    C("LOG-POP-FRAMED", "docs/protocol.md §1.11",
+      "A pop with frames=true answers the QPF1 framed form (or JSON); decoded, it is the JSON answer with "
+      "partitionId as a decimal number, and that number acknowledges the message like the UUID."),
     # ---------------------------------------------------------------- message log: ack and leases (README, protocol §2.5/§2.7)
     C("LOG-ACK-PER-ITEM", f"{ML} table / docs/protocol.md §2.5",
       "POST /api/v1/ack and /ack/batch answer 200 with an array, one {success, error, dlq} per item in order; "
@@ -766,7 +792,7 @@ INFORMATIVE_LOG: tuple[tuple[str, str], ...] = (
      "on the operator's own tenant)"),
     ("partitions (how many partitions one pop may claim, default 1, all under one leaseId)",
      "not yet catalogued: a multi-partition pop's shared lease"),
-    ("other unknown parameters (autopilot, frames, ...) are ignored", "tolerance, not a promise a client relies on"),
+    ("other unknown parameters (autopilot, ...) are ignored", "tolerance, not a promise a client relies on"),
     ("... (queen_messages_expired_total) ...", "metric names: the metrics surface is not part of the wire contract"),
     ("One queen_push call per request; offsets are gapless per partition and commit in offset order.",
      "implementation; the visible part (FIFO) is LOG-POP-FIFO"),

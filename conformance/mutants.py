@@ -494,6 +494,15 @@ def pop_query_dropped(param: str) -> RequestHook:
     return hook
 
 
+def binary_body_refused(req: Req, st: dict[str, Any]) -> Req | Resp:
+    """A broker that does not know the binary bodies (docs/protocol.md §1.9): 400, as before 0014."""
+    ctype = next((v for k, v in req.headers.items() if k.lower() == "content-type"), "")
+    if req.method == "POST" and ctype.startswith("application/x-queen-push"):
+        body = {"error": "bad_request", "reason": "binary_body_unsupported", "detail": "no binary bodies here"}
+        return Resp(400, {"Content-Type": "application/json"}, json.dumps(body).encode())
+    return req
+
+
 def pop_wait_ignored(req: Req, st: dict[str, Any]) -> Req:
     if req.method == "GET" and req.path.startswith(POP) and req.query.get("wait") == "true":
         _set_query(req, {**req.query, "wait": "false"})
@@ -719,6 +728,11 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
            on_request=pop_query_dropped("consumerGroup")),
     Mutant("pop-batch-ignored", ("LOG-POP-BATCH",), "batch ignored: every pop hands out the default batch",
            on_request=pop_query_dropped("batch")),
+    Mutant("conflation-ignored", ("LOG-POP-CONFLATION", "LOG-POP-CONFLATION-ECHO-EMPTY", "LOG-POP-CONFLATION-STORED",
+                                  "LOG-POP-CONFLATION-REFUSALS"),
+           "conflation=true ignored: an ordinary pop, no echo", on_request=pop_query_dropped("conflation")),
+    Mutant("binary-body-refused", ("LOG-PUSH-BINARY", "LOG-PUSH-BINARY-FRAMES", "LOG-TX-BINARY"),
+           "the binary push and transaction bodies answered 400", on_request=binary_body_refused),
     Mutant("pop-wait-ignored", ("LOG-POP-WAIT-WOKEN", "LOG-POP-WAIT-TIMEOUT"), "wait=true answered at once",
            on_request=pop_wait_ignored),
     Mutant("ack-refusal-409", ("LOG-ACK-PER-ITEM", "LOG-ACK-WRONG-LEASE"),
