@@ -138,3 +138,23 @@ async def test_closing_the_client_gives_its_permits_back(broker, queen_client):
         assert await lock.acquire()
         assert len(await _holders(queen_client, name)) == 1
     assert await _holders(queen_client, name) == []
+
+
+async def test_guard_rides_the_binary_transaction_body_too(broker):
+    """With ``binary_push`` + ``push_compression`` the client sends transactions as QTB1 (§1.10); the guard
+    still holds the bundle to the permit."""
+    from queen import Queen
+
+    name, q = uniq("clk"), uniq("cq")
+    async with Queen(broker.url, binary_push=True, push_compression=True) as client:
+        lock = client.lock(name, ttl_seconds=30, auto_renew=False)
+        assert await lock.acquire()
+        ok = await client.transaction().guard(lock).queue(q).push([{"data": {"n": 1}, "transactionId": "b-ok"}]).commit()
+        assert ok and await _found(client, q, "b-ok")
+        assert await client.locks.release(name, token=lock.token, slot=lock.slot)
+        thief = client.lock(name, ttl_seconds=30)
+        assert await thief.acquire()
+        res = await client.transaction().guard(lock).queue(q).push([{"data": {"n": 2}, "transactionId": "b-lost"}]).commit()
+        assert not res and res["reason"] == "kv_precondition" and res["value"]["owner"] == thief.owner
+        assert not await _found(client, q, "b-lost") and lock.lost.is_set()
+        assert await thief.release()
