@@ -495,11 +495,7 @@ $$;
 CREATE OR REPLACE FUNCTION queen_ack(p_tenant text, p_pids uuid[], p_txns text[], p_statuses text[], p_leases uuid[],
                           p_groups text[], p_errors text[])
 RETURNS TABLE (idx integer, success boolean, error text, dead_lettered boolean)
-LANGUAGE plpgsql
--- Planned once per connection: left to choose, PostgreSQL re-planned the item query and the lock
--- query at every call (0.43 + 0.12 ms of a 1.4 ms one-item ack, pg_stat_statements).
-SET plan_cache_mode = force_generic_plan
-AS $$
+LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
     r       record;
