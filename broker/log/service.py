@@ -335,6 +335,8 @@ class LogService:
                     **data,
                     "producerSub": r["producer_sub"],
                     "createdAt": ts(r["created_at"]),
+                    # the absolute deadline (database clock) for the consumer's last check, null without one
+                    "deadlineAt": ts(r["deadline_at"]),
                     "queue": queue,
                     "partitionId": pid,
                     "partition": r["partition"],
