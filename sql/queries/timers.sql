@@ -29,6 +29,28 @@ WHERE tenant = $1 AND queue = $2 AND ($3::text IS NULL OR timer_key > $3::text C
 ORDER BY timer_key
 LIMIT $4;
 
+-- name: timers_sweeper_session
+-- The sweeper's own connection: a fire transaction left idle longer than the lease (a hung sweeper) is
+-- ended by the database, which rolls it back and frees its partitions; $1 in ms.
+SELECT set_config('idle_in_transaction_session_timeout', $1::bigint::text, false);
+
+-- name: timers_take
+-- Inside the sweeper's fire transaction (queen_timers_take: partition-exclusive, writes nothing).
+SELECT tenant, queue, timer_key, partition, message_id, tid, payload, payload_zstd, key_id, deliver_at,
+       fault, stall_ms, next_due_ms, paused
+FROM queen_timers_take($1::integer, $2::text, $3::boolean, $4::integer);
+
+-- name: timers_fire_taken
+SELECT kind, tenant, queue, timer_key, lag_s
+FROM queen_timers_fire_taken($1::text[], $2::text[], $3::text[], $4::uuid[], $5::tid[], $6::bytea[],
+                             $7::smallint[], $8::text[], $9::text[], $10::text[], $11::uuid[], $12::text[],
+                             $13::integer[], $14::boolean[], $15::integer, $16::bigint, $17::bigint);
+
+-- name: timers_lease
+-- Rows taken in this transaction that must be held past it (an injected stall): stamp a lease.
+SELECT tenant, queue, timer_key, claimed_until
+FROM queen_timers_lease($1::uuid, $2::bigint, $3::text, $4::text[], $5::text[], $6::text[], $7::uuid[]);
+
 -- name: timers_claim
 SELECT tenant, queue, timer_key, partition, payload, payload_zstd, key_id, deliver_at, fault, stall_ms,
        next_due_ms, paused
