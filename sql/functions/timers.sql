@@ -214,7 +214,9 @@ BEGIN
             SELECT g.*, coalesce(inp.pl, g.payload) AS sealed,
                    CASE WHEN inp.pl IS NOT NULL THEN inp.c
                         WHEN g.payload_zstd THEN 1::smallint ELSE 0::smallint END AS codec
-            FROM gone g JOIN inp ON inp.te = g.tenant AND inp.q = g.queue AND inp.k = g.timer_key
+            -- by message id when the rows were taken (one uuid compare), by key when leased
+            FROM gone g JOIN inp ON CASE WHEN p_token IS NULL THEN inp.id = g.message_id
+                                         ELSE inp.te = g.tenant AND inp.q = g.queue AND inp.k = g.timer_key END
         )
         SELECT j.tenant,
                array_agg(j.queue COLLATE "default" ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS qs,
