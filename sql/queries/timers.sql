@@ -8,6 +8,22 @@ FROM queen_timers_apply($1::text, $2::text, $3::boolean, $4::bigint, $5::text[],
                         $8::text[], $9::text[], $10::uuid[], $11::bytea[], $12::boolean[], $13::text[],
                         $14::bigint[]);
 
+-- name: timers_schedule
+-- POST /api/v1/timers: queen_timers_apply and the meter of the promises it made (scheduled and
+-- rescheduled) in ONE statement, run in autocommit: one transaction, one round trip. $15 = the
+-- metering period in seconds.
+WITH r AS MATERIALIZED (
+    SELECT idx, status, txn, message_id, deliver_at
+    FROM queen_timers_apply($1::text, $2::text, $3::boolean, $4::bigint, $5::text[], $6::text[], $7::text[],
+                            $8::text[], $9::text[], $10::uuid[], $11::bytea[], $12::boolean[], $13::text[],
+                            $14::bigint[])
+),
+m AS MATERIALIZED (
+    SELECT queen_meter($1::text, $15::integer,
+                       (SELECT count(*) FROM r WHERE r.status IN ('scheduled', 'rescheduled')), 0::bigint) AS done
+)
+SELECT r.idx, r.status, r.txn, r.message_id, r.deliver_at FROM r CROSS JOIN m ORDER BY r.idx;
+
 -- name: timers_encrypting_queues
 SELECT name FROM queen_queues
 WHERE tenant = $1 AND name = ANY($2::text[]) AND encryption_enabled;
