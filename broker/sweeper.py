@@ -11,7 +11,7 @@ One cycle, on the sweeper's own connection, in ONE transaction (the transaction 
              rotates, so one tenant's burst cannot starve another's timers.
   2. pack    in Python: decompress the client's zstd, check the payload is JSON, seal it in the log's
              stored format (an encrypted payload was sealed at schedule and moves untouched).
-  3. fire    ``queen_timers_fire_taken``: delete exactly the rows taken that are unchanged (same ctid
+  3. fire    ``queen_timers_fire`` (no token): delete exactly the rows taken that are unchanged (same ctid
              and message id: a row cancelled or rescheduled while it was packed is skipped) and push
              exactly those through ``queen_push`` (message id, txn and producer sub of the timer), in
              (queue, partition, deliverAt) order; failed rows get a backoff and, at the attempt budget,
@@ -414,8 +414,9 @@ class Sweeper:
             p.f_tenants, p.f_queues, p.f_keys, p.f_ids, p.f_errors, p.f_costs, p.f_wrap,
             cfg.max_attempts, cfg.backoff_base_ms, cfg.backoff_cap_ms,
         )  # fmt: skip
-        if out and out[0]["kind"] == "error":
-            raise _FireError(out[0]["tenant"], out[0]["queue"])
+        for r in out:
+            if r["kind"] == "error":  # the call's work was undone; the answer's other rows are void
+                raise _FireError(r["tenant"], r["queue"])
         return out
 
     async def _fail_all(self, conn: asyncpg.Connection, token: uuid.UUID | None, p: _Packed, error: str, klass: str) -> list[Any]:

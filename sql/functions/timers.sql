@@ -136,13 +136,12 @@ BEGIN
 END
 $$;
 
--- queen_timers_fire_rows: the commit half of a sweep cycle (called through queen_timers_fire_taken
--- or queen_timers_fire below).
+-- queen_timers_fire: the commit half of a sweep cycle.
 --
 -- Which rows: with p_token NULL (a take in this transaction), a row identified by (tenant, queue,
 -- key) is acted upon only if it still has the message id the take read (g_ids / f_ids: a reschedule
 -- gives a new one, a cancel deletes the row) and no live lease; with p_token set (a lease), only if
--- it still holds p_token.
+-- it still holds p_token (in autocommit: the call is the transaction; an error is raised).
 -- Good rows (parallel arrays g_*) are deleted if and only if they are still the ones taken, and exactly
 -- the deleted ones are pushed into the log through queen_push, per tenant, in (queue, partition,
 -- deliver_at) order; a NULL sealed payload means "the stored bytes are already the log's bytes".
@@ -160,7 +159,7 @@ $$;
 -- The queue, partition and txn arrays handed to queen_push carry the default collation: aggregated
 -- straight from queen_timers' COLLATE "C" columns they made queen_push's call collation "C", and
 -- queen_push planned that call ~50x slower (2.4 s instead of 50 ms for 1,000 items, measured).
-CREATE OR REPLACE FUNCTION queen_timers_fire_rows(
+CREATE OR REPLACE FUNCTION queen_timers_fire(
     p_token        uuid,
     g_tenants      text[],
     g_queues       text[],
@@ -187,169 +186,121 @@ AS $$
 DECLARE
     r record;
 BEGIN
-    FOR r IN
-        WITH inp AS (
-            SELECT * FROM unnest(g_tenants, g_queues, g_keys, g_ids, g_payloads, g_codecs) AS u(te, q, k, id, pl, c)
-        ),
-        -- The rows still the ones taken. Taken in this transaction (g_tids): by ctid, only a version
-        -- that still has the message id read (the id, not the ctid, is what the delete re-checks on a
-        -- row changed under it). Leased (p_token): one primary-key probe per key (LATERAL, so never a
-        -- scan whatever the statistics say; the token is checked on the row found, not in the probe,
-        -- where it would let the planner use the partial index of live claims and read a whole
-        -- queue's claims per key), locked, then deleted by ctid.
-        gone AS (
-            DELETE FROM queen_timers t
-            WHERE t.ctid = ANY (CASE WHEN p_token IS NULL THEN g_tids ELSE ARRAY(
-                SELECT x.tid FROM inp CROSS JOIN LATERAL (
-                    SELECT t2.ctid AS tid FROM queen_timers t2
-                    WHERE t2.tenant = inp.te AND t2.queue = inp.q AND t2.timer_key = inp.k
-                    FOR UPDATE OF t2) x) END)
-              AND CASE WHEN p_token IS NULL
-                       THEN t.message_id = ANY (g_ids) AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > now())
-                       ELSE t.claim_token = p_token END
-            RETURNING t.tenant, t.queue, t.timer_key, t.partition, t.txn, t.message_id, t.payload,
-                      t.payload_zstd, t.key_id, t.producer_sub, t.deliver_at
-        ),
-        j AS (
-            SELECT g.*, coalesce(inp.pl, g.payload) AS sealed,
-                   CASE WHEN inp.pl IS NOT NULL THEN inp.c
-                        WHEN g.payload_zstd THEN 1::smallint ELSE 0::smallint END AS codec
-            -- by message id when the rows were taken (one uuid compare), by key when leased
-            FROM gone g JOIN inp ON CASE WHEN p_token IS NULL THEN inp.id = g.message_id
-                                         ELSE inp.te = g.tenant AND inp.q = g.queue AND inp.k = g.timer_key END
-        )
-        SELECT j.tenant,
-               array_agg(j.queue COLLATE "default" ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS qs,
-               array_agg(j.partition COLLATE "default" ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS ps,
-               array_agg(j.message_id ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS ids,
-               array_agg(j.txn COLLATE "default" ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS txns,
-               array_agg(j.sealed ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS pls,
-               array_agg(j.codec ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS cs,
-               array_agg(j.key_id ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS kids,
-               array_agg(j.producer_sub ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS subs,
-               array_agg(j.timer_key ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS keys,
-               array_agg(j.deliver_at ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS dats
-        FROM j GROUP BY j.tenant ORDER BY j.tenant
-    LOOP
-        RETURN QUERY
-        SELECT CASE WHEN qp.st = 'queued' THEN 'fired' ELSE 'duplicate' END,
-               r.tenant, r.qs[qp.n], r.keys[qp.n],
-               extract(epoch FROM clock_timestamp() - r.dats[qp.n])::double precision
-        FROM queen_push(r.tenant, r.qs, r.ps, r.ids, r.txns,
-                        array_fill(NULL::uuid, ARRAY[cardinality(r.qs)]), r.pls, r.cs, r.kids, r.subs,
-                        array_fill(NULL::bigint, ARRAY[cardinality(r.qs)]))
-             WITH ORDINALITY AS qp(i, st, mid, pid, seq, n);
-    END LOOP;
+    BEGIN
+        FOR r IN
+            WITH inp AS (
+                SELECT * FROM unnest(g_tenants, g_queues, g_keys, g_ids, g_payloads, g_codecs) AS u(te, q, k, id, pl, c)
+            ),
+            -- The rows still the ones taken. Taken in this transaction (g_tids): by ctid, only a version
+            -- that still has the message id read (the id, not the ctid, is what the delete re-checks on a
+            -- row changed under it). Leased (p_token): one primary-key probe per key (LATERAL, so never a
+            -- scan whatever the statistics say; the token is checked on the row found, not in the probe,
+            -- where it would let the planner use the partial index of live claims and read a whole
+            -- queue's claims per key), locked, then deleted by ctid.
+            gone AS (
+                DELETE FROM queen_timers t
+                WHERE t.ctid = ANY (CASE WHEN p_token IS NULL THEN g_tids ELSE ARRAY(
+                    SELECT x.tid FROM inp CROSS JOIN LATERAL (
+                        SELECT t2.ctid AS tid FROM queen_timers t2
+                        WHERE t2.tenant = inp.te AND t2.queue = inp.q AND t2.timer_key = inp.k
+                        FOR UPDATE OF t2) x) END)
+                  AND CASE WHEN p_token IS NULL
+                           THEN t.message_id = ANY (g_ids) AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > now())
+                           ELSE t.claim_token = p_token END
+                RETURNING t.tenant, t.queue, t.timer_key, t.partition, t.txn, t.message_id, t.payload,
+                          t.payload_zstd, t.key_id, t.producer_sub, t.deliver_at
+            ),
+            j AS (
+                SELECT g.*, coalesce(inp.pl, g.payload) AS sealed,
+                       CASE WHEN inp.pl IS NOT NULL THEN inp.c
+                            WHEN g.payload_zstd THEN 1::smallint ELSE 0::smallint END AS codec
+                -- by message id when the rows were taken (one uuid compare), by key when leased
+                FROM gone g JOIN inp ON CASE WHEN p_token IS NULL THEN inp.id = g.message_id
+                                             ELSE inp.te = g.tenant AND inp.q = g.queue AND inp.k = g.timer_key END
+            )
+            SELECT j.tenant,
+                   array_agg(j.queue COLLATE "default" ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS qs,
+                   array_agg(j.partition COLLATE "default" ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS ps,
+                   array_agg(j.message_id ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS ids,
+                   array_agg(j.txn COLLATE "default" ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS txns,
+                   array_agg(j.sealed ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS pls,
+                   array_agg(j.codec ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS cs,
+                   array_agg(j.key_id ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS kids,
+                   array_agg(j.producer_sub ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS subs,
+                   array_agg(j.timer_key ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS keys,
+                   array_agg(j.deliver_at ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS dats
+            FROM j GROUP BY j.tenant ORDER BY j.tenant
+        LOOP
+            RETURN QUERY
+            SELECT CASE WHEN qp.st = 'queued' THEN 'fired' ELSE 'duplicate' END,
+                   r.tenant, r.qs[qp.n], r.keys[qp.n],
+                   extract(epoch FROM clock_timestamp() - r.dats[qp.n])::double precision
+            FROM queen_push(r.tenant, r.qs, r.ps, r.ids, r.txns,
+                            array_fill(NULL::uuid, ARRAY[cardinality(r.qs)]), r.pls, r.cs, r.kids, r.subs,
+                            array_fill(NULL::bigint, ARRAY[cardinality(r.qs)]))
+                 WITH ORDINALITY AS qp(i, st, mid, pid, seq, n);
+        END LOOP;
 
-    IF cardinality(f_tenants) > 0 THEN
-        RETURN QUERY
-        WITH inp AS (
-            SELECT * FROM unnest(f_tenants, f_queues, f_keys, f_ids, f_errors, f_costs) AS u(te, q, k, id, err, cost)
-        ),
-        upd AS (
-            UPDATE queen_timers t
-               SET attempts = t.attempts + inp.cost, failures = t.failures + 1, last_error = inp.err,
-                   claim_token = NULL, claimed_until = NULL, claimed_by = NULL, updated_at = now(),
-                   due_at = now() + least(p_backoff_cap_ms,
-                                          p_backoff_base_ms * power(2, least(t.failures, 40))::bigint)
-                                    * interval '1 millisecond'
-            FROM inp
-            WHERE t.tenant = inp.te AND t.queue = inp.q AND t.timer_key = inp.k
-              AND CASE WHEN p_token IS NULL
-                       THEN t.message_id = inp.id AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > now())
-                       ELSE t.claim_token = p_token END
-            RETURNING t.tenant, t.queue, t.timer_key, t.attempts
-        )
-        SELECT CASE WHEN upd.attempts >= p_max_attempts THEN 'dlq' ELSE 'backoff' END,
-               upd.tenant, upd.queue, upd.timer_key, NULL::double precision
-        FROM upd;
+        IF cardinality(f_tenants) > 0 THEN
+            RETURN QUERY
+            WITH inp AS (
+                SELECT * FROM unnest(f_tenants, f_queues, f_keys, f_ids, f_errors, f_costs) AS u(te, q, k, id, err, cost)
+            ),
+            upd AS (
+                UPDATE queen_timers t
+                   SET attempts = t.attempts + inp.cost, failures = t.failures + 1, last_error = inp.err,
+                       claim_token = NULL, claimed_until = NULL, claimed_by = NULL, updated_at = now(),
+                       due_at = now() + least(p_backoff_cap_ms,
+                                              p_backoff_base_ms * power(2, least(t.failures, 40))::bigint)
+                                        * interval '1 millisecond'
+                FROM inp
+                WHERE t.tenant = inp.te AND t.queue = inp.q AND t.timer_key = inp.k
+                  AND CASE WHEN p_token IS NULL
+                           THEN t.message_id = inp.id AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > now())
+                           ELSE t.claim_token = p_token END
+                RETURNING t.tenant, t.queue, t.timer_key, t.attempts
+            )
+            SELECT CASE WHEN upd.attempts >= p_max_attempts THEN 'dlq' ELSE 'backoff' END,
+                   upd.tenant, upd.queue, upd.timer_key, NULL::double precision
+            FROM upd;
 
-        -- Out of budget: the row leaves for its queue's DLQ (the rows just updated are locked by us).
-        -- A payload that is itself the failure (not JSON, not zstd) is kept inside a JSON envelope, so
-        -- the DLQ holds JSON like every other stored message and the original bytes stay readable.
-        WITH inp AS (
-            SELECT * FROM unnest(f_tenants, f_queues, f_keys, f_wrap) AS u(te, q, k, wrap)
-        ),
-        dead AS (
-            DELETE FROM queen_timers t USING inp
-            WHERE t.tenant = inp.te AND t.queue = inp.q AND t.timer_key = inp.k
-              AND t.claim_token IS NULL AND t.attempts >= p_max_attempts
-            RETURNING t.*, inp.wrap
-        )
-        INSERT INTO queen_dlq (tenant, id, queue, partition_id, partition, consumer_group, synthetic,
-                               message_id, txn, payload, codec, key_id, producer_sub, error,
-                               retry_count, original_created_at)
-        SELECT d.tenant, gen_random_uuid(), d.queue, qp.id, d.partition, '__timers__', true,
-               d.message_id, d.txn,
-               CASE WHEN coalesce(d.wrap, false)
-                    THEN convert_to(json_build_object(
-                             'undeliverable', true, 'error', d.last_error, 'payloadZstd', d.payload_zstd,
-                             'payloadBase64', translate(encode(d.payload, 'base64'), E'\n', ''))::text, 'UTF8')
-                    ELSE d.payload END,
-               CASE WHEN coalesce(d.wrap, false) THEN 0 WHEN d.payload_zstd THEN 1 ELSE 0 END,
-               CASE WHEN coalesce(d.wrap, false) THEN NULL ELSE d.key_id END,
-               d.producer_sub, d.last_error, d.attempts, d.created_at
-        FROM dead d
-        LEFT JOIN queen_partitions qp ON qp.tenant = d.tenant AND qp.queue = d.queue AND qp.name = d.partition;
-    END IF;
-END
-$$;
-
--- queen_timers_fire: fire leased rows (those still holding p_token), in autocommit: one transaction.
-CREATE OR REPLACE FUNCTION queen_timers_fire(
-    p_token        uuid,
-    g_tenants      text[],
-    g_queues       text[],
-    g_keys         text[],
-    g_payloads     bytea[],
-    g_codecs       smallint[],
-    f_tenants      text[],
-    f_queues       text[],
-    f_keys         text[],
-    f_errors       text[],
-    f_costs        integer[],
-    f_wrap         boolean[],
-    p_max_attempts integer,
-    p_backoff_base_ms bigint,
-    p_backoff_cap_ms  bigint
-) RETURNS TABLE (kind text, tenant text, queue text, timer_key text, lag_s double precision)
-LANGUAGE sql VOLATILE AS $$
-    SELECT * FROM queen_timers_fire_rows(p_token, g_tenants, g_queues, g_keys, NULL, NULL, g_payloads, g_codecs,
-                                         f_tenants, f_queues, f_keys, NULL, f_errors, f_costs, f_wrap,
-                                         p_max_attempts, p_backoff_base_ms, p_backoff_cap_ms)
-$$;
-
--- queen_timers_fire_taken: fire rows taken by queen_timers_take in this transaction (matched by
--- message id). An error does not abort the caller's transaction (its partition locks stay held, so
--- the caller can record the failure, or find the row at fault, before anyone else takes the rows):
--- this call's work is undone and one row comes back, kind 'error', tenant = SQLSTATE, queue = message.
-CREATE OR REPLACE FUNCTION queen_timers_fire_taken(
-    g_tenants      text[],
-    g_queues       text[],
-    g_keys         text[],
-    g_ids          uuid[],
-    g_tids         tid[],
-    g_payloads     bytea[],
-    g_codecs       smallint[],
-    f_tenants      text[],
-    f_queues       text[],
-    f_keys         text[],
-    f_ids          uuid[],
-    f_errors       text[],
-    f_costs        integer[],
-    f_wrap         boolean[],
-    p_max_attempts integer,
-    p_backoff_base_ms bigint,
-    p_backoff_cap_ms  bigint
-) RETURNS TABLE (kind text, tenant text, queue text, timer_key text, lag_s double precision)
-LANGUAGE plpgsql VOLATILE AS $$
-BEGIN
-    RETURN QUERY SELECT * FROM queen_timers_fire_rows(NULL, g_tenants, g_queues, g_keys, g_ids, g_tids, g_payloads,
-                                                      g_codecs, f_tenants, f_queues, f_keys, f_ids, f_errors,
-                                                      f_costs, f_wrap, p_max_attempts, p_backoff_base_ms,
-                                                      p_backoff_cap_ms);
-EXCEPTION WHEN OTHERS THEN
-    RETURN QUERY SELECT 'error'::text, SQLSTATE::text, SQLERRM::text, NULL::text, NULL::double precision;
+            -- Out of budget: the row leaves for its queue's DLQ (the rows just updated are locked by us).
+            -- A payload that is itself the failure (not JSON, not zstd) is kept inside a JSON envelope, so
+            -- the DLQ holds JSON like every other stored message and the original bytes stay readable.
+            WITH inp AS (
+                SELECT * FROM unnest(f_tenants, f_queues, f_keys, f_wrap) AS u(te, q, k, wrap)
+            ),
+            dead AS (
+                DELETE FROM queen_timers t USING inp
+                WHERE t.tenant = inp.te AND t.queue = inp.q AND t.timer_key = inp.k
+                  AND t.claim_token IS NULL AND t.attempts >= p_max_attempts
+                RETURNING t.*, inp.wrap
+            )
+            INSERT INTO queen_dlq (tenant, id, queue, partition_id, partition, consumer_group, synthetic,
+                                   message_id, txn, payload, codec, key_id, producer_sub, error,
+                                   retry_count, original_created_at)
+            SELECT d.tenant, gen_random_uuid(), d.queue, qp.id, d.partition, '__timers__', true,
+                   d.message_id, d.txn,
+                   CASE WHEN coalesce(d.wrap, false)
+                        THEN convert_to(json_build_object(
+                                 'undeliverable', true, 'error', d.last_error, 'payloadZstd', d.payload_zstd,
+                                 'payloadBase64', translate(encode(d.payload, 'base64'), E'\n', ''))::text, 'UTF8')
+                        ELSE d.payload END,
+                   CASE WHEN coalesce(d.wrap, false) THEN 0 WHEN d.payload_zstd THEN 1 ELSE 0 END,
+                   CASE WHEN coalesce(d.wrap, false) THEN NULL ELSE d.key_id END,
+                   d.producer_sub, d.last_error, d.attempts, d.created_at
+            FROM dead d
+            LEFT JOIN queen_partitions qp ON qp.tenant = d.tenant AND qp.queue = d.queue AND qp.name = d.partition;
+        END IF;
+    EXCEPTION WHEN OTHERS THEN
+        IF p_token IS NOT NULL THEN
+            RAISE;
+        END IF;
+        -- Taken rows: this call's work is undone, the caller's transaction (and its partition locks)
+        -- lives on; the answer carries one row of kind 'error' (tenant = SQLSTATE, queue = message),
+        -- and any other row in it is void.
+        RETURN QUERY SELECT 'error'::text, SQLSTATE::text, SQLERRM::text, NULL::text, NULL::double precision;
+    END;
 END
 $$;
 
@@ -364,7 +315,7 @@ $$;
 --
 -- Takes at most p_batch due rows (due_at <= now(): fresh, backoff elapsed, or lease expired) and
 -- WRITES NOTHING to them: the caller runs it in a transaction, packs the rows, fires them with
--- queen_timers_fire_taken in the same transaction and commits. The transaction is the claim: its
+-- queen_timers_fire (no token) in the same transaction and commits. The transaction is the claim: its
 -- partition locks (below) keep other sweepers off the partitions until the commit, a crash rolls it
 -- back (the rows were never touched, so they are due again at once), and a cancel or reschedule that
 -- comes while the rows are being packed simply wins (the fire matches each row's message id and skips

@@ -57,10 +57,11 @@ SELECT tenant, queue, timer_key, partition, message_id, tid, payload, payload_zs
 FROM queen_timers_take($1::integer, $2::text, $3::boolean, $4::integer);
 
 -- name: timers_fire_taken
+-- Rows taken in this (open) transaction; an error comes back as a row of kind 'error'.
 SELECT kind, tenant, queue, timer_key, lag_s
-FROM queen_timers_fire_taken($1::text[], $2::text[], $3::text[], $4::uuid[], $5::tid[], $6::bytea[],
-                             $7::smallint[], $8::text[], $9::text[], $10::text[], $11::uuid[], $12::text[],
-                             $13::integer[], $14::boolean[], $15::integer, $16::bigint, $17::bigint);
+FROM queen_timers_fire(NULL, $1::text[], $2::text[], $3::text[], $4::uuid[], $5::tid[], $6::bytea[],
+                       $7::smallint[], $8::text[], $9::text[], $10::text[], $11::uuid[], $12::text[],
+                       $13::integer[], $14::boolean[], $15::integer, $16::bigint, $17::bigint);
 
 -- name: timers_lease
 -- Rows taken in this transaction that must be held past it (an injected stall): stamp a lease.
@@ -73,9 +74,10 @@ SELECT tenant, queue, timer_key, partition, payload, payload_zstd, key_id, deliv
 FROM queen_timers_claim($1::uuid, $2::bigint, $3::integer, $4::text, $5::text, $6::boolean, $7::integer);
 
 -- name: timers_fire
+-- Leased rows (those still holding the token $1), in autocommit.
 SELECT kind, tenant, queue, timer_key, lag_s
-FROM queen_timers_fire($1::uuid, $2::text[], $3::text[], $4::text[], $5::bytea[], $6::smallint[],
-                       $7::text[], $8::text[], $9::text[], $10::text[], $11::integer[], $12::boolean[],
+FROM queen_timers_fire($1::uuid, $2::text[], $3::text[], $4::text[], NULL, NULL, $5::bytea[], $6::smallint[],
+                       $7::text[], $8::text[], $9::text[], NULL, $10::text[], $11::integer[], $12::boolean[],
                        $13::integer, $14::bigint, $15::bigint);
 
 -- name: timers_release_claims
