@@ -6,12 +6,14 @@ machine's speed varies ~4x from day to day; the ratios are what compares). Not p
     .venv/bin/python bench/bench_timers.py --only bursts --bursts 1k      # one row, about a minute
 
 A real ``queen serve`` with 2 workers on a fresh database (embedded PostgreSQL unless --dsn). Lag is
-measured at two places and both are printed: AT COMMIT (the message's ``created_at``, taken in the
-sweeper's commit, minus the timer's ``deliverAt``) and AT THE CONSUMER (receipt by a consumer
-long-polling the queue with autoAck, in its own process, minus ``deliverAt``); the difference is the
-NOTIFY -> waiting pop -> answer path. Traffic goes only to the broker it starts on 127.0.0.1, and the
-whole run stops by itself (every wait has a timeout; --deadline bounds the total). Bursts are seeded by SQL into a queen_timers with autovacuum off and never analyzed
-(the claim must not depend on statistics).
+measured at two places and both are printed: AT COMMIT (the clock at the end of the sweeper's fire
+statement minus ``deliverAt``: the broker's own histogram queen_timers_fire_lag_seconds, quantiles
+interpolated in its buckets; a message's created_at is its fire transaction's START, so that lag is
+printed beside it, not used) and AT THE CONSUMER (receipt by a consumer long-polling the queue with
+autoAck, in its own process, minus ``deliverAt``); the difference is the NOTIFY -> waiting pop ->
+answer path. Traffic goes only to the broker it starts on 127.0.0.1, and the whole run stops by itself
+(every wait has a timeout; --deadline bounds the total). Bursts are seeded by SQL into a queen_timers
+with autovacuum off and never analyzed (the claim must not depend on statistics).
 
   schedule   POST /api/v1/timers, 8 callers x 256-op batches into ONE queue, then spread over 8 queues;
              ops/s, batch p50/p99, beside the bare unnest INSERT of the same rows over 8 connections.
@@ -28,7 +30,7 @@ whole run stops by itself (every wait has a timeout; --deadline bounds the total
              lag for --scale-seconds at 1,000/s and one 1,000-at-an-instant burst at each level.
              Target: lag changes by < 10 % from 0 to 1M.
   tenants    tenant A: 100,000 due at once; tenant B: 50 timers/s due steadily. Target: B's p99 < 100 ms.
-  profile    where a sweep cycle's time goes (claim / pack / commit) on a 20,000-row burst, in process.
+  profile    where a sweep cycle's time goes (take / pack / fire) on a 20,000-row burst, in process.
 """
 
 from __future__ import annotations
@@ -104,6 +106,8 @@ WHERE m.tenant = $1 AND p.queue = $2
 
 # --- helpers ---------------------------------------------------------------------------------------------
 def pct(values: list[float], p: float) -> float:
+    if isinstance(values, HistLags):
+        return values.q.get(p / 100, float("nan"))
     if not values:
         return float("nan")
     s = sorted(values)
@@ -145,6 +149,23 @@ def hist_quantiles(before: dict[float, float], after: dict[float, float], qs=(0.
                 break
             prev_le, prev_c = le, c
     return out
+
+
+class HistLags(list):  # type: ignore[type-arg]
+    """The fire-lag histogram's p50/p99 (interpolated in its buckets) where a list of lags is expected."""
+
+    def __init__(self, q: dict[float, float], n: float) -> None:
+        super().__init__()
+        self.q, self.n = q, n
+
+    def __len__(self) -> int:
+        return int(self.n)
+
+
+def hist_lags(before: dict, after: dict) -> HistLags:
+    q = hist_quantiles(before, after)
+    print(hist_line(before, after))
+    return HistLags(q, after.get(float("inf"), 0) - before.get(float("inf"), 0))
 
 
 def hist_line(before: dict, after: dict) -> str:
@@ -244,10 +265,12 @@ async def consumer_main(url: str, queue: str) -> None:
 def lag_lines(deliver: dict[str, float], created: dict[str, float], receipts: dict[str, float]) -> tuple[list[float], list[float]]:
     at_commit = [created[t] - deliver[t] for t in created if t in deliver]
     at_consumer = [receipts[t] - deliver[t] for t in receipts if t in deliver]
-    print(summary("lag at commit   (created_at - deliverAt)", at_commit))
+    # created_at is the fire transaction's now(): its START (the take), earlier than the commit by up
+    # to one cycle; the sweeper's own lag (clock at the end of the fire statement) is the histogram.
+    print(summary("lag at fire start (created_at - deliverAt)", at_commit))
     print(summary("lag at consumer (receipt - deliverAt)   ", at_consumer))
     if at_commit and at_consumer:
-        print(f"consumer - commit: p50 {ms(pct(at_consumer, 50) - pct(at_commit, 50))}, "
+            print(f"consumer - fire start: p50 {ms(pct(at_consumer, 50) - pct(at_commit, 50))}, "
               f"p99 {ms(pct(at_consumer, 99) - pct(at_commit, 99))}")
     return at_commit, at_consumer
 
@@ -382,6 +405,7 @@ async def steady(url: str, conn: asyncpg.Connection, duration: float, rate: int 
     per_tick, tick = max(1, rate // 100), 0.01
     deliver: dict[str, float] = {}
     consumer = await Consumer(url, q).start()
+    h0 = scrape_hist(url)
     async with httpx.AsyncClient(base_url=url, timeout=30, limits=httpx.Limits(max_connections=32)) as c:
         inflight: set[asyncio.Task] = set()
 
@@ -406,14 +430,13 @@ async def steady(url: str, conn: asyncpg.Connection, duration: float, rate: int 
     await consumer.stop(len(deliver), timeout=10)
     created = await _created(conn, "default", q, list(deliver))
     print(f"scheduled {len(deliver)} over {duration:.0f} s, fired {len(created)}, received {len(consumer.receipts)}")
-    return lag_lines(deliver, created, consumer.receipts)
+    _, at_consumer = lag_lines(deliver, created, consumer.receipts)
+    return hist_lags(h0, scrape_hist(url)), at_consumer
 
 
 async def bench_sustained(url: str, conn: asyncpg.Connection, duration: float, rate: int = 1000) -> None:
     print(f"\n== sustained: {rate} timers/s due, evenly, for {duration:.0f} s ==")
-    h0 = scrape_hist(url)
     at_commit, at_consumer = await steady(url, conn, duration, rate)
-    print(hist_line(h0, scrape_hist(url)))
     row(f"steady {rate}/s at the consumer", f"p50 {ms(pct(at_consumer, 50))} p99 {ms(pct(at_consumer, 99))}",
         "p50 <= 10 ms, p99 <= 25 ms", pct(at_consumer, 50) <= 0.010 and pct(at_consumer, 99) <= 0.025,
         f"(at commit p50 {ms(pct(at_commit, 50))} p99 {ms(pct(at_commit, 99))})")
@@ -443,6 +466,7 @@ async def burst_at(url: str, conn: asyncpg.Connection, n: int, window_ms: int = 
     q = f"burst-{uuid.uuid4().hex[:6]}"
     await conn.execute(ENSURE_TENANT, tenant)
     consumer = await Consumer(url, q).start() if tenant == "default" else None
+    h0 = scrape_hist(url)
     at = await conn.fetchval("SELECT now() + $1::integer * interval '1 millisecond'", lead_ms)
     await conn.execute(SEED_SPREAD, tenant, q, "b", at, n, max(1, window_ms))
     await conn.execute("SELECT pg_notify('queen_timers', $1)", str(lead_ms))
@@ -454,7 +478,8 @@ async def burst_at(url: str, conn: asyncpg.Connection, n: int, window_ms: int = 
     if consumer is not None:
         await consumer.stop(n, timeout=60)
     created = await _created(conn, tenant, q, list(deliver))
-    at_commit, at_consumer = lag_lines(deliver, created, consumer.receipts if consumer else {})
+    _, at_consumer = lag_lines(deliver, created, consumer.receipts if consumer else {})
+    at_commit = hist_lags(h0, scrape_hist(url))
     print(f"fired {len(created):,}/{n:,}; all fired {drained:.2f} s after the first instant ({n / max(drained, 1e-3):,.0f} timers/s)")
     return at_commit, at_consumer, drained
 
@@ -477,9 +502,12 @@ async def bench_bursts(url: str, conn: asyncpg.Connection, raw_dsn: str, sizes: 
             else:
                 big = int(size.rstrip("k")) * 1000 if size.endswith("k") else int(size)
                 print(f"-- {big:,} due at one instant")
+                raw1 = await raw_burst(raw_dsn, big)
                 c3, u3, drained = await burst_at(url, conn, big, lead_ms=3000)
                 ours = big / drained
-                raw = await raw_burst(raw_dsn, big)
+                raw2 = await raw_burst(raw_dsn, big)
+                raw = (raw1 + raw2) / 2
+                print(f"bare SQL fire: {raw1:,.0f} and {raw2:,.0f} timers/s (before / after ours)")
                 row(f"{big:,} at one instant", f"all fired in {drained:.1f} s, p99 {ms(pct(u3, 99))} at consumer "
                     f"(commit {ms(pct(c3, 99))})", "all fired, p99 <= 4 s", len(c3) == big and pct(u3, 99) <= 4.0,
                     f"fire rate {ours:,.0f}/s = {ours / raw:.2f}x bare SQL ({raw:,.0f}/s)")
@@ -599,7 +627,7 @@ async def bench_profile(dsn: str, n: int = 20_000) -> None:
     await conn.execute(SEED, "prof", "prof", "p", at, n)
     await conn.execute("VACUUM ANALYZE queen_timers")
     sw = Sweeper(dsn, SweeperConfig(batch=1000), Codec(1024), name="bench-profile")
-    phases = {"claim": 0.0, "pack": 0.0, "commit": 0.0}
+    phases = {"take": 0.0, "pack": 0.0, "fire": 0.0}
     orig_pack, orig_commit = sw.pack, sw._commit
 
     def pack(rows):  # noqa: ANN001, ANN202
@@ -614,7 +642,7 @@ async def bench_profile(dsn: str, n: int = 20_000) -> None:
         try:
             return await orig_commit(c, tok, p)
         finally:
-            phases["commit"] += time.perf_counter() - t
+            phases["fire"] += time.perf_counter() - t
 
     sw.pack, sw._commit = pack, commit  # type: ignore[method-assign]
     t0 = time.perf_counter()
@@ -625,7 +653,7 @@ async def bench_profile(dsn: str, n: int = 20_000) -> None:
         if not res.claimed:
             break
     total = time.perf_counter() - t0
-    phases["claim"] = total - phases["pack"] - phases["commit"]
+    phases["take"] = total - phases["pack"] - phases["fire"]  # the take, and the BEGIN/COMMIT round trips
     print(f"{n:,} rows in {total:.2f} s = {n / total:,.0f} timers/s over {cycles} cycles")
     for k, v in phases.items():
         print(f"  {k:<7} {v:6.2f} s  {100 * v / total:5.1f} %  ({1000 * v / max(1, cycles - 1):.1f} ms/cycle)")
