@@ -14,7 +14,7 @@ FROM queen_push_edge($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13);
 
 -- name: log_pop
 SELECT kind, partition_id, partition, seq, id, txn, trace_id, payload, codec, key_id, producer_sub,
-       created_at, attempt, lease_id, lease_until
+       created_at, attempt, lease_id, lease_until, deadline_at
 FROM queen_pop($1, $2, $3, $4, $5, $6, $7, $8, $9);
 
 -- name: log_ack
@@ -162,9 +162,10 @@ JOIN queen_partitions p ON p.tenant = m.tenant AND p.id = m.partition_id
 WHERE m.tenant = $1 AND m.partition_id = $2 AND m.txn = $3;
 
 -- name: log_queues_by_namespace
+-- In the order a namespace/task pop tries them: higher priority first (the queue option), then by name.
 SELECT q.name FROM queen_queues q
 WHERE q.tenant = $1 AND ($2::text IS NULL OR q.namespace = $2) AND ($3::text IS NULL OR q.task = $3)
-ORDER BY q.name
+ORDER BY q.priority DESC, q.name
 LIMIT 1000;
 
 -- name: log_listen
