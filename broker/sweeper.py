@@ -19,8 +19,8 @@ One cycle, on the sweeper's own connection, in ONE transaction (the transaction 
 A take rewrites no row, so a burst costs one delete per timer (the former claim stamped each row first:
 four index entries per row, more than half of a cycle). A crash rolls the transaction back: the rows
 were never touched and are due again at once. A hung sweeper's open transaction is ended by the
-database after ``QUEEN_SWEEPER_LEASE_MS`` idle (``idle_in_transaction_session_timeout``). A cancel or
-reschedule meets the fire only during its delete-to-commit window: it waits for the commit and then
+database after ``QUEEN_SWEEPER_LEASE_MS`` idle, at least 1 s (``idle_in_transaction_session_timeout``).
+A cancel or reschedule meets the fire only during its delete-to-commit window: it waits for the commit and then
 finds the row gone (``absent``; a reschedule then schedules anew), or, if the fire rolled back, acts on
 the row. The rows of a cycle that must hold them while nothing happens (an injected stall, the test
 hooks) are LEASED instead (``queen_timers_lease``: claim token, ``claimed_until`` from the clock at the
@@ -101,6 +101,7 @@ BLOCKED_SLEEP_MS = 50
 TRANSIENT_PREFIXES = ("08", "53", "57")
 TRANSIENT_STATES = frozenset({"40001", "40P01"})
 PENDING_EVERY_S = 5.0
+IDLE_FLOOR_MS = 1_000  # a fire transaction idle this long is hung whatever the lease (never a slow pack)
 
 
 def failure_class(exc: BaseException) -> str:
@@ -266,7 +267,7 @@ class Sweeper:
     async def _ensure_conn(self) -> asyncpg.Connection:
         if self.conn is None or self.conn.is_closed():
             conn = await connect(self.dsn)
-            await conn.execute(Q.timers_sweeper_session, self.config.lease_ms)
+            await conn.execute(Q.timers_sweeper_session, max(self.config.lease_ms, IDLE_FLOOR_MS))
             self.conn = conn
         return self.conn
 
