@@ -136,19 +136,36 @@ def test_a_replayed_cycle_is_applied_once(api):
     assert len(api.messages(sink, batch="10")) == 1
 
 
-def test_partial_ack_keeps_or_releases_the_lease_as_asked(api):
+def test_partial_ack_with_release_delivers_the_tail_again_at_once(api):
     src = uniq("src")
+    qid = api.stream_query(uniq("sq"), src)
+    ans = _leased(api, src, 3)
+    released = api.cycle(qid, ans["partitionId"], ack=_ack_of(ans, 1), release_lease=True).json()
+    assert released["ack_result"]["acked"] == 1, released
+    again = api.messages(src, consumerGroup="g", batch="10")
+    assert [m["data"] for m in again] == [{"i": 1}, {"i": 2}]
+    assert [m["deliveryAttempt"] for m in again] == [1, 1]  # released, not expired: no failure counted
+
+
+def test_partial_ack_without_release_holds_the_partition_until_the_lease_ends(api):
+    """The SDK's gate defers the tail of a batch: the partition stays held (a back-off), then the tail
+    comes back without a failure counted, so deferring never walks messages to the DLQ."""
+    src = uniq("src")
+    api.configure(src, leaseTime=1, retryLimit=0)
     qid = api.stream_query(uniq("sq"), src)
     ans = _leased(api, src, 3)
     pid = ans["partitionId"]
     kept = api.cycle(qid, pid, ack=_ack_of(ans, 1), release_lease=False).json()
     assert kept["success"] is True and kept["ack_result"]["acked"] == 1, kept
-    assert api.pop(src, consumerGroup="g") is None  # the tail stays under the live lease
-    released = api.cycle(qid, pid, ack={**_ack_of(ans, 2), "count": 1}, release_lease=True).json()
-    assert released["ack_result"]["acked"] == 1, released
-    again = api.messages(src, consumerGroup="g", batch="10")
-    assert [m["data"] for m in again] == [{"i": 2}]
-    assert again[0]["deliveryAttempt"] == 1  # released, not expired: no failure counted
+    assert api.pop(src, consumerGroup="g") is None  # still held
+    tail = {**_ack_of(ans, 2), "count": 1}
+    assert api.cycle(qid, pid, ack=tail).json()["reason"] == "ack_refused"  # the lease no longer covers it
+    again: list[dict] = []
+    for _ in range(10):
+        again = again or api.messages(src, consumerGroup="g", batch="10", wait="true", timeout="1000")
+    assert [m["data"] for m in again] == [{"i": 1}, {"i": 2}]
+    assert [m["deliveryAttempt"] for m in again] == [1, 1]
+    assert api.get("/api/v1/dlq", params={"queue": src}).json()["total"] == 0
 
 
 def test_flush_cycle_without_ack_applies_state_and_pushes(api):

@@ -78,16 +78,22 @@ $$;
 -- (query, partition) are serialised by a transaction-scoped advisory lock.
 --
 -- The ack (p_ack_txn not NULL) covers the first p_ack_count messages of the lease p_ack_lease holds on
--- partition p_pid for group p_group that are not done yet (offset order), and must include the message
--- p_ack_txn. It is judged like the log's ack (queen_ack, which then settles it):
+-- partition p_pid for group p_group that are not done yet, and must include the message p_ack_txn.
+-- "First" in the order the official client processes a popped batch: createdAt as delivered
+-- (milliseconds), then id; ids minted by one worker in one millisecond count up (broker/ids.py), so it
+-- is offset order but for pushes from two workers in one millisecond, and either way the messages
+-- acked are exactly the ones the client processed. It is judged like the log's ack (queen_ack, which
+-- then settles it):
 --   * the message p_ack_txn is already done for the group -> this step was committed before (a client
 --     retry after a lost answer): nothing is applied, one row of kind 'duplicate';
 --   * the group's cursor on the partition does not hold that lease -> 'refused' / lease_invalid;
 --   * unknown message, not covered by the lease, fewer undone messages than p_ack_count, or p_ack_txn
 --     not among them -> 'refused' / ack_refused.
 -- A refusal writes nothing. With p_release the lease is released even when messages stay under it
--- (they are delivered again at once, without counting a failure); without it a lease that still
--- covers undone messages stays until it ends (acking everything under a lease always releases it).
+-- (they are delivered again at once, without counting a failure). Without it (the SDK's gate, which
+-- defers the tail of a batch) the partition stays held until the lease ends and the lease stops
+-- covering the tail, which is then delivered again without counting a failure (acking everything
+-- under a lease always releases it).
 -- State ops: (key, JSON text or NULL = delete), applied in order (the last op on a key wins).
 -- Sink pushes: queen_push_edge's arrays (encryption check, push, metering; SQLSTATE QN001 when a queue
 -- switched to encryption under the caller's cached view: everything is rolled back).
@@ -107,7 +113,7 @@ DECLARE
     v_seq   bigint;
     v_cur   record;
     v_txns  text[];
-    v_max   bigint;
+    v_has   boolean;
     v_bad   text;
     v_n     integer;
 BEGIN
@@ -149,13 +155,13 @@ BEGIN
                 NULL::bigint, 'the message is not covered by this lease'::text;
             RETURN;
         END IF;
-        SELECT array_agg(x.txn ORDER BY x.seq), max(x.seq) INTO v_txns, v_max
+        SELECT array_agg(x.txn ORDER BY x.seq), bool_or(x.txn = p_ack_txn) INTO v_txns, v_has
         FROM (SELECT m.seq, m.txn FROM queen_messages m
               LEFT JOIN queen_msg_state st ON st.tenant = p_tenant AND st.partition_id = p_pid
                                           AND st.consumer_group = p_group AND st.seq = m.seq
               WHERE m.tenant = p_tenant AND m.partition_id = p_pid
                 AND m.seq > v_cur.acked_seq AND m.seq <= v_cur.lease_end_seq AND st.acked IS NOT TRUE
-              ORDER BY m.seq
+              ORDER BY date_trunc('milliseconds', m.created_at), m.id::text
               LIMIT p_ack_count) x;
         IF coalesce(cardinality(v_txns), 0) < p_ack_count THEN
             RETURN QUERY SELECT 'refused'::text, NULL::integer, 'ack_refused'::text, NULL::uuid, NULL::uuid,
@@ -163,7 +169,7 @@ BEGIN
                                      coalesce(cardinality(v_txns), 0));
             RETURN;
         END IF;
-        IF v_seq > v_max THEN
+        IF NOT v_has THEN
             RETURN QUERY SELECT 'refused'::text, NULL::integer, 'ack_refused'::text, NULL::uuid, NULL::uuid,
                 NULL::bigint, 'transactionId is not among the first count undone messages of the lease'::text;
             RETURN;
@@ -185,8 +191,15 @@ BEGIN
                 PERFORM queen_wake(p_tenant, ARRAY[p.queue::text]) FROM queen_partitions p
                 WHERE p.tenant = p_tenant AND p.id = p_pid;
             END IF;
+        ELSE
+            -- Keep holding the partition until the lease ends, but no longer cover the tail: when the
+            -- lease runs out the tail is delivered again WITHOUT counting a failure (a gate that defers
+            -- messages must not walk them to the DLQ).
+            UPDATE queen_cursors c SET lease_end_seq = c.acked_seq
+            WHERE c.tenant = p_tenant AND c.partition_id = p_pid AND c.consumer_group = p_group
+              AND c.lease_id = p_ack_lease AND c.lease_end_seq > c.acked_seq;
         END IF;
-        RETURN QUERY SELECT 'ack'::text, p_ack_count, 'completed'::text, NULL::uuid, p_pid, v_max, NULL::text;
+        RETURN QUERY SELECT 'ack'::text, p_ack_count, 'completed'::text, NULL::uuid, p_pid, NULL::bigint, NULL::text;
     END IF;
 
     IF cardinality(p_op_keys) > 0 THEN
