@@ -86,6 +86,9 @@ ROUTES: list[tuple[str, str, str]] = [
     ("POST", "/api/v1/traces", "body"), ("GET", "/api/v1/traces/names", "read"),
     ("GET", "/api/v1/traces/by-name/{name}", "read"), ("GET", "/api/v1/traces/{pid}/{txn}", "read"),
     ("POST", "/api/v1/fetch", "body"), ("POST", "/api/v1/partitions/changed", "body"),
+    # the streams SDK (docs/protocol.md §11)
+    ("POST", "/streams/v1/queries", "body"), ("POST", "/streams/v1/cycle", "body"),
+    ("POST", "/streams/v1/state/get", "read"),
     ("GET", "/api/v1/no/such/route", "read"), ("PATCH", "/api/v1/push", "read"), ("OPTIONS", "/api/v1/kv", "read"),
 ]
 
@@ -264,7 +267,10 @@ class Generator:
 FIELD_NAMES = ["queue", "partition", "payload", "items", "operations", "op", "ns", "key", "keys", "value", "type",
                "transactionId", "partitionId", "leaseId", "consumerGroup", "status", "acknowledgments", "options",
                "delayMs", "timerKey", "txn", "ttlSeconds", "forever", "expect", "delta", "tenant", "traceId",
-               "deadlineMs", "requiredLeases", "kv", "timers", "echo", "prefix", "limit", "after", "error"]
+               "deadlineMs", "requiredLeases", "kv", "timers", "echo", "prefix", "limit", "after", "error",
+               "name", "source_queue", "sink_queue", "config_hash", "reset", "query_id", "partition_id",
+               "consumer_group", "state_ops", "push_items", "ack", "count", "release_lease", "key_prefix",
+               "ripe_at_or_before"]
 
 
 def skeleton(template: str, rng: random.Random, tag: str) -> object:
@@ -295,6 +301,17 @@ def skeleton(template: str, rng: random.Random, tag: str) -> object:
         "/api/v1/admin/ping": {"echo": {"a": [1, 2]}},
         "/api/v1/lease/{lease}/extend": {},
         "/api/v1/dlq/{id}/replay": {},
+        "/streams/v1/queries": {"name": f"sq-{tag}", "source_queue": q, "sink_queue": f"s-{tag}", "config_hash": "h",
+                                "reset": False},
+        "/streams/v1/cycle": {"query_id": str(uuid.uuid4()), "partition_id": pid, "consumer_group": f"g-{tag}",
+                              "state_ops": [{"type": "upsert", "key": f"k-{tag}", "value": {"v": tag}},
+                                            {"type": "delete", "key": "k1"}],
+                              "push_items": [{"queue": q, "partition": f"p-{tag}", "payload": {"n": tag}}],
+                              "ack": {"transactionId": f"t-{tag}", "leaseId": str(uuid.uuid4()), "status": "completed",
+                                      "count": 1},
+                              "release_lease": rng.random() < 0.5},
+        "/streams/v1/state/get": {"query_id": str(uuid.uuid4()), "partition_id": pid, "keys": ["a", f"k-{tag}"],
+                                  "key_prefix": "k", "ripe_at_or_before": 1000},
     }.get(template, {"x": 1})
 
 
@@ -561,6 +578,7 @@ if given is not None:
         from broker.errors import ApiError
         from broker.kv.ops import parse_body
         from broker.log import parse
+        from broker.streams import parse as streams_parse
         from broker.timers.ops import parse_ops
 
         calls = [
@@ -570,6 +588,9 @@ if given is not None:
             lambda: parse.ack_item(body, "ack", None),
             lambda: parse.queue_options(body.get("options") if isinstance(body, dict) else body),
             lambda: [parse.ack_item(a, "a", None, {}) for a in (body if isinstance(body, list) else [body])],
+            lambda: streams_parse.registration(body if isinstance(body, dict) else {"name": body}),
+            lambda: streams_parse.cycle(body if isinstance(body, dict) else {"state_ops": body}, 1 << 20),
+            lambda: streams_parse.state_query(body if isinstance(body, dict) else {"keys": body}),
         ]
         for call in calls:
             try:

@@ -145,7 +145,10 @@ def cycle(body: dict[str, Any], max_payload: int) -> Cycle:
             _only(op, frozenset({"type", "key", "value"}), f"{where}.")
             if "value" not in op:
                 raise BadRequest("value_required", f"{where}.value is required for an upsert (any JSON, null included)")
-            text = orjson.dumps(op["value"])
+            try:
+                text = orjson.dumps(op["value"])
+            except TypeError:  # an integer beyond 64 bits (never from a parsed body: orjson reads those as floats)
+                raise BadRequest("bad_state_value", f"{where}.value cannot be stored as JSON") from None
             if len(text) > max_payload:
                 raise PayloadTooLarge("state_value_too_large",
                                       f"{where}.value is {len(text)} bytes; the plan allows {max_payload}",
@@ -162,7 +165,8 @@ def cycle(body: dict[str, Any], max_payload: int) -> Cycle:
     return Cycle(
         query_id=query_id,
         partition_id=partition_id,
-        group=parse.name(body.get("consumer_group") or None, "consumer_group", default=QUEUE_MODE),
+        group=parse.name(None if body.get("consumer_group") == "" else body.get("consumer_group"), "consumer_group",
+                         default=QUEUE_MODE),
         op_keys=keys,
         op_values=values,
         pushes=pushes,
