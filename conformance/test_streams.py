@@ -60,6 +60,15 @@ def _sink(q: str) -> list[dict]:
     return [{"queue": q, "partition": "p", "payload": {"out": 1}}]
 
 
+def _leased_query(api, n: int) -> tuple[str, str, str, dict, str]:
+    """A query over a fresh source with a fresh sink, and a batch of ``n`` popped under one lease:
+    (query id, source queue, sink queue, the pop answer, the batch's partition id)."""
+    src, sink = uniq("src"), uniq("sink")
+    qid = _query(api, src, sink_queue=sink)
+    batch = _batch(api, src, n)
+    return qid, src, sink, batch, batch["partitionId"]
+
+
 @contract("STR-REGISTER")
 def test_registration_by_name_and_config_hash(api):
     name, src = uniq("sq"), uniq("src")
@@ -78,10 +87,7 @@ def test_registration_by_name_and_config_hash(api):
 
 @contract("STR-CYCLE-COMMIT")
 def test_a_cycle_commits_state_sink_and_ack_together(api):
-    src, sink = uniq("src"), uniq("sink")
-    qid = _query(api, src, sink_queue=sink)
-    batch = _batch(api, src, 3)
-    pid = batch["partitionId"]
+    qid, src, sink, batch, pid = _leased_query(api, 3)
     out = _cycle(api, qid, pid, state_ops=[{"type": "upsert", "key": "n", "value": {"count": 3}}],
                  push_items=_sink(sink), ack=_ack(batch))
     assert out.get("success") is True, out
@@ -92,10 +98,7 @@ def test_a_cycle_commits_state_sink_and_ack_together(api):
 
 @contract("STR-CYCLE-ALL-OR-NOTHING")
 def test_a_cycle_refused_by_its_ack_applies_nothing(api):
-    src, sink = uniq("src"), uniq("sink")
-    qid = _query(api, src, sink_queue=sink)
-    batch = _batch(api, src, 2)
-    pid = batch["partitionId"]
+    qid, src, sink, batch, pid = _leased_query(api, 2)
     wrong = {**_ack(batch), "leaseId": str(uuid.uuid4())}
     out = _cycle(api, qid, pid, state_ops=[{"type": "upsert", "key": "k", "value": 1}], push_items=_sink(sink),
                  ack=wrong)
@@ -108,10 +111,7 @@ def test_a_cycle_refused_by_its_ack_applies_nothing(api):
 
 @contract("STR-CYCLE-REPLAY")
 def test_a_resent_cycle_is_applied_once(api):
-    src, sink = uniq("src"), uniq("sink")
-    qid = _query(api, src, sink_queue=sink)
-    batch = _batch(api, src, 2)
-    pid = batch["partitionId"]
+    qid, src, sink, batch, pid = _leased_query(api, 2)
     first = _cycle(api, qid, pid, state_ops=[{"type": "upsert", "key": "k", "value": 1}], push_items=_sink(sink),
                    ack=_ack(batch))
     assert first.get("success") is True and first.get("duplicate") is False, first

@@ -125,15 +125,21 @@ def _ack(raw: Any) -> Ack | None:
     )
 
 
+def _array(body: dict[str, Any], name: str, hi: int) -> list[Any]:
+    """``body[name]`` as a list (absent or null = empty) of at most ``hi`` entries."""
+    raw = body.get(name)
+    raw = [] if raw is None else raw
+    if not isinstance(raw, list):
+        raise BadRequest(f"bad_{name}", f"{name} must be an array")
+    if len(raw) > hi:
+        raise BadRequest(f"too_many_{name}", f"{name} holds {len(raw)} entries; at most {hi}")
+    return raw
+
+
 def cycle(body: dict[str, Any], max_payload: int) -> Cycle:
     _only(body, CYCLE_KEYS)
     query_id, partition_id = _target(body)
-    raw_ops = body.get("state_ops")
-    raw_ops = [] if raw_ops is None else raw_ops
-    if not isinstance(raw_ops, list):
-        raise BadRequest("bad_state_ops", "state_ops must be an array")
-    if len(raw_ops) > MAX_STATE_OPS:
-        raise BadRequest("too_many_state_ops", f"state_ops holds {len(raw_ops)} ops; at most {MAX_STATE_OPS}")
+    raw_ops = _array(body, "state_ops", MAX_STATE_OPS)
     keys: list[str] = []
     values: list[str | None] = []
     for i, op in enumerate(raw_ops):
@@ -178,12 +184,7 @@ def cycle(body: dict[str, Any], max_payload: int) -> Cycle:
 def state_query(body: dict[str, Any]) -> StateQuery:
     _only(body, STATE_GET_KEYS)
     query_id, partition_id = _target(body)
-    raw = body.get("keys")
-    raw = [] if raw is None else raw
-    if not isinstance(raw, list):
-        raise BadRequest("bad_keys", "keys must be an array of strings")
-    if len(raw) > MAX_KEYS:
-        raise BadRequest("too_many_keys", f"keys holds {len(raw)} keys; at most {MAX_KEYS}")
+    raw = _array(body, "keys", MAX_KEYS)
     prefix = body.get("key_prefix")
     if prefix is not None and (not isinstance(prefix, str) or len(prefix) > MAX_KEY or "\x00" in prefix):
         raise BadRequest("bad_key_prefix", f"key_prefix must be a string of at most {MAX_KEY} characters")

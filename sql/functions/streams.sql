@@ -73,6 +73,13 @@ BEGIN
 END
 $$;
 
+-- The one row of a refused cycle: kind 'refused', status = the reason, detail = the prose.
+CREATE OR REPLACE FUNCTION queen_streams_refused(p_reason text, p_detail text)
+RETURNS TABLE (kind text, idx integer, status text, message_id uuid, partition_id uuid, seq bigint, detail text)
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT 'refused'::text, NULL::integer, p_reason, NULL::uuid, NULL::uuid, NULL::bigint, p_detail
+$$;
+
 -- One step of a stream operator, all or nothing (the statement is its own transaction, or runs in the
 -- caller's): acknowledge the source batch, apply the state ops, push the sink items. Steps of one
 -- (query, partition) are serialised by a transaction-scoped advisory lock.
@@ -126,16 +133,14 @@ BEGIN
         SELECT m.seq INTO v_seq FROM queen_messages m
         WHERE m.tenant = p_tenant AND m.partition_id = p_pid AND m.txn = p_ack_txn;
         IF v_seq IS NULL THEN
-            RETURN QUERY SELECT 'refused'::text, NULL::integer, 'ack_refused'::text, NULL::uuid, NULL::uuid,
-                NULL::bigint, 'Message not found'::text;
+            RETURN QUERY SELECT * FROM queen_streams_refused('ack_refused', 'Message not found');
             RETURN;
         END IF;
         SELECT c.acked_seq, c.lease_id, c.lease_end_seq INTO v_cur FROM queen_cursors c
         WHERE c.tenant = p_tenant AND c.partition_id = p_pid AND c.consumer_group = p_group
         FOR UPDATE;
         IF NOT FOUND THEN
-            RETURN QUERY SELECT 'refused'::text, NULL::integer, 'lease_invalid'::text, NULL::uuid, NULL::uuid,
-                NULL::bigint, 'Invalid or expired lease'::text;
+            RETURN QUERY SELECT * FROM queen_streams_refused('lease_invalid', 'Invalid or expired lease');
             RETURN;
         END IF;
         IF v_seq <= v_cur.acked_seq OR EXISTS (
@@ -146,13 +151,12 @@ BEGIN
             RETURN;
         END IF;
         IF v_cur.lease_id IS DISTINCT FROM p_ack_lease THEN
-            RETURN QUERY SELECT 'refused'::text, NULL::integer, 'lease_invalid'::text, NULL::uuid, NULL::uuid,
-                NULL::bigint, 'Invalid or expired lease'::text;
+            RETURN QUERY SELECT * FROM queen_streams_refused('lease_invalid', 'Invalid or expired lease');
             RETURN;
         END IF;
         IF v_seq > v_cur.lease_end_seq THEN
-            RETURN QUERY SELECT 'refused'::text, NULL::integer, 'ack_refused'::text, NULL::uuid, NULL::uuid,
-                NULL::bigint, 'the message is not covered by this lease'::text;
+            RETURN QUERY SELECT * FROM queen_streams_refused('ack_refused',
+                'the message is not covered by this lease');
             RETURN;
         END IF;
         SELECT array_agg(x.txn ORDER BY x.seq), bool_or(x.txn = p_ack_txn) INTO v_txns, v_has
@@ -164,14 +168,14 @@ BEGIN
               ORDER BY date_trunc('milliseconds', m.created_at), m.id::text
               LIMIT p_ack_count) x;
         IF coalesce(cardinality(v_txns), 0) < p_ack_count THEN
-            RETURN QUERY SELECT 'refused'::text, NULL::integer, 'ack_refused'::text, NULL::uuid, NULL::uuid,
-                NULL::bigint, format('count %s exceeds the %s undone messages under this lease', p_ack_count,
-                                     coalesce(cardinality(v_txns), 0));
+            RETURN QUERY SELECT * FROM queen_streams_refused('ack_refused', format(
+                'count %s exceeds the %s undone messages under this lease', p_ack_count,
+                coalesce(cardinality(v_txns), 0)));
             RETURN;
         END IF;
         IF NOT v_has THEN
-            RETURN QUERY SELECT 'refused'::text, NULL::integer, 'ack_refused'::text, NULL::uuid, NULL::uuid,
-                NULL::bigint, 'transactionId is not among the first count undone messages of the lease'::text;
+            RETURN QUERY SELECT * FROM queen_streams_refused('ack_refused',
+                'transactionId is not among the first count undone messages of the lease');
             RETURN;
         END IF;
         SELECT min(a.error) INTO v_bad
