@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
+import pytest
 from conftest import uniq
 from queen import Stream, token_bucket_gate
 
@@ -143,3 +144,26 @@ async def test_token_bucket_gate_defers_without_losing_or_dead_lettering(queen_c
         assert errors == []
     finally:
         await runner.stop()
+
+
+async def test_another_chain_under_the_same_query_id_needs_reset(queen_client, broker):
+    from queen.streams.runtime.register import StreamsConfigHashMismatch
+
+    src, sink, name = uniq("st-src"), uniq("st-sink"), uniq("st-hash")
+    one = Stream.from_(queen_client.queue(src)).map(lambda v: v).to(queen_client.queue(sink))
+    other = Stream.from_(queen_client.queue(src)).filter(lambda v: True).to(queen_client.queue(sink))
+    first = await one.run(query_id=name, url=broker.url, max_wait_millis=100)
+    await first.stop()
+    with pytest.raises(StreamsConfigHashMismatch, match="config_hash_mismatch"):
+        await other.run(query_id=name, url=broker.url, max_wait_millis=100)
+    again = await other.run(query_id=name, url=broker.url, max_wait_millis=100, reset=True)
+    try:
+        assert again.metrics()["serverQueryId"] == first.metrics()["serverQueryId"]
+        await queen_client.queue(src).partition("p").push([{"data": {"k": 1}}])
+
+        async def arrived() -> list[Any]:
+            return await _drain(queen_client, sink, "p")
+
+        assert await _eventually(arrived) == [{"k": 1}]
+    finally:
+        await again.stop()
