@@ -136,6 +136,22 @@ def test_a_replayed_cycle_is_applied_once(api):
     assert len(api.messages(sink, batch="10")) == 1
 
 
+async def test_the_same_cycle_sent_twice_at_once_is_applied_once(api, ahttp):
+    """Two copies racing (a client retry overtaking its original): the steps of one (query, partition) are
+    serialised, so one commits and the other finds the batch done."""
+    import asyncio
+
+    src, sink = uniq("src"), uniq("sink")
+    qid = api.stream_query(uniq("sq"), src, sink_queue=sink)
+    ans = _leased(api, src, 5)
+    body = {"query_id": qid, "partition_id": ans["partitionId"], "consumer_group": "g",
+            "state_ops": [{"type": "upsert", "key": "k", "value": 1}], "push_items": _sink(sink), "ack": _ack_of(ans)}
+    answers = [r.json() for r in await asyncio.gather(*[ahttp.post("/streams/v1/cycle", json=body) for _ in range(4)])]
+    assert all(a["success"] for a in answers), answers
+    assert sorted(a["duplicate"] for a in answers) == [False, True, True, True]
+    assert len(api.messages(sink, batch="10")) == 1
+
+
 def test_partial_ack_with_release_delivers_the_tail_again_at_once(api):
     src = uniq("src")
     qid = api.stream_query(uniq("sq"), src)

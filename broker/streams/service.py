@@ -83,11 +83,12 @@ async def cycle(b: Broker, svc: LogService, principal: Principal, c: Cycle) -> d
     principal.require("consume")
     if c.pushes:
         principal.require("produce")
+    if c.ack is not None and c.ack.lease is None:  # absent or not a UUID: what the log's ack answers
+        return _refusal(c, "lease_invalid", "Invalid or expired lease")
+    if c.pushes:
         await limits.admit(b, principal, "push", len(c.pushes))
     if c.op_keys:
         await limits.admit(b, principal, "kv_write", len(c.op_keys))
-    if c.ack is not None and c.ack.lease is None:
-        return _refusal(c, "lease_invalid", "Invalid or expired lease")
     tenant = principal.tenant
     queues = {it.queue for it in c.pushes}
     ids = [uuid7() for _ in c.pushes]
