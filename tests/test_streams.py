@@ -291,7 +291,8 @@ SECRET = "streams-test-secret"
 
 @pytest.fixture(scope="module")
 def auth_broker(pg, tmp_path_factory):
-    with dedicated_broker(pg, tmp_path_factory, "streams-auth", {"QUEEN_JWT_SECRET": SECRET}) as b:
+    env = {"QUEEN_JWT_SECRET": SECRET, "QUEEN_LIMITS_REFRESH_MS": "200"}
+    with dedicated_broker(pg, tmp_path_factory, "streams-auth", env) as b:
         yield b
 
 
@@ -327,3 +328,21 @@ def test_grants_consume_for_state_and_acks_produce_for_sinks(auth_broker):
         refused(c.cycle(qid, pid, push_items=_sink("out")), 403, "forbidden", "missing_grant")
         refused(p.post("/streams/v1/state/get", json={"query_id": qid, "partition_id": pid}), 403, "forbidden")
         assert c.cycle(qid, pid, state_ops=[{"type": "upsert", "key": "k", "value": 1}]).json()["success"] is True
+
+
+def test_sink_pushes_are_admitted_and_metered_like_pushes(auth_broker):
+    import time
+
+    with authed(SECRET, auth_broker, "ops", grants=("admin",)) as admin, authed(SECRET, auth_broker, "t-q") as c:
+        assert admin.put("/api/v1/admin/tenants/t-q/plan", json={"periodQuotaMessages": 3}).status_code == 200
+        time.sleep(0.4)  # past the limits cache's staleness bound
+        qid = c.stream_query(uniq("sq"), "src", sink_queue="out")
+        pid = str(uuid.uuid4())
+        body = c.cycle(qid, pid, state_ops=[{"type": "upsert", "key": "k", "value": 1}], push_items=_sink("out") * 2).json()
+        assert body["success"] is True and len(body["push_results"]) == 2, body
+        assert c.get("/api/v1/usage").json()["messages"] == 2
+        time.sleep(0.4)
+        r = c.cycle(qid, pid, state_ops=[{"type": "upsert", "key": "k", "value": 2}], push_items=_sink("out") * 2)
+        refused(r, 429, "quota_exceeded")
+        assert c.state(qid, pid) == {"k": 1}
+        assert len(c.messages("out", batch="10")) == 2
