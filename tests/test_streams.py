@@ -223,6 +223,8 @@ def test_a_malformed_sink_item_refuses_the_whole_cycle(api):
     ({"state_ops": [{"type": "merge", "key": "k"}]}, "bad_state_op_type"),
     ({"state_ops": [{"type": "upsert", "key": "k"}]}, "value_required"),
     ({"state_ops": [{"type": "delete", "key": ""}]}, "bad_state_key"),
+    ({"state_ops": [{"type": "delete", "key": "\U0001f600" * 257}]}, "bad_state_key"),  # 1,028 bytes
+    ({"state_ops": [{"type": "upsert", "key": "k", "value": {"s": "a\u0000b"}}]}, "bad_state_value"),
     ({"state_ops": [{"type": "delete", "key": "k", "value": 1}]}, "unknown_field"),
     ({"push_items": [{"queue": "q", "payload": 1, "messageId": "m"}]}, "server_owned_field"),
     ({"ack": {"transactionId": "t", "leaseId": "l", "status": "failed", "count": 1}}, "bad_ack_status"),
@@ -346,3 +348,13 @@ def test_sink_pushes_are_admitted_and_metered_like_pushes(auth_broker):
         refused(r, 429, "quota_exceeded")
         assert c.state(qid, pid) == {"k": 1}
         assert len(c.messages("out", batch="10")) == 2
+
+
+def test_the_longest_key_and_any_json_value_are_stored(api):
+    qid = api.stream_query(uniq("sq"), uniq("src"))
+    pid = str(uuid.uuid4())
+    key = "é" * 512  # 1,024 bytes: the limit
+    value = {"deep": [[[{"n": 1.5}]]], "s": "\U0001f600", "null": None, "big": 2**62}
+    assert api.cycle(qid, pid, state_ops=[{"type": "upsert", "key": key, "value": value}]).json()["success"] is True
+    assert api.state(qid, pid, [key]) == {key: value}
+    assert api.state(qid, pid, key_prefix="é" * 300) == {key: value}

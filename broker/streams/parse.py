@@ -80,8 +80,9 @@ def _bool(value: Any, what: str, default: bool) -> bool:
 
 
 def _key(value: Any, what: str) -> str:
-    if not isinstance(value, str) or not value or len(value) > MAX_KEY or "\x00" in value:
-        raise BadRequest("bad_state_key", f"{what} must be a string of 1..{MAX_KEY} characters without NUL")
+    """A state key: 1..MAX_KEY bytes of UTF-8 (bytes, not characters: the key is in an index), no NUL."""
+    if not isinstance(value, str) or not value or "\x00" in value or len(value.encode("utf-8", "surrogatepass")) > MAX_KEY:
+        raise BadRequest("bad_state_key", f"{what} must be a string of 1..{MAX_KEY} bytes of UTF-8 without NUL")
     return value
 
 
@@ -155,6 +156,8 @@ def cycle(body: dict[str, Any], max_payload: int) -> Cycle:
                 text = orjson.dumps(op["value"])
             except TypeError:  # an integer beyond 64 bits (never from a parsed body: orjson reads those as floats)
                 raise BadRequest("bad_state_value", f"{where}.value cannot be stored as JSON") from None
+            if b"\\u0000" in text:  # jsonb cannot hold NUL in a string
+                raise BadRequest("bad_state_value", f"{where}.value contains a NUL character in a string, which cannot be stored")
             if len(text) > max_payload:
                 raise PayloadTooLarge("state_value_too_large",
                                       f"{where}.value is {len(text)} bytes; the plan allows {max_payload}",
@@ -187,7 +190,7 @@ def state_query(body: dict[str, Any]) -> StateQuery:
     raw = _array(body, "keys", MAX_KEYS)
     prefix = body.get("key_prefix")
     if prefix is not None and (not isinstance(prefix, str) or len(prefix) > MAX_KEY or "\x00" in prefix):
-        raise BadRequest("bad_key_prefix", f"key_prefix must be a string of at most {MAX_KEY} characters")
+        raise BadRequest("bad_key_prefix", f"key_prefix must be a string of at most {MAX_KEY} characters without NUL")
     ripe = body.get("ripe_at_or_before")
     if ripe is not None and (isinstance(ripe, bool) or not isinstance(ripe, int) or abs(ripe) > MAX_RIPE_MS):
         raise BadRequest("bad_ripe_at_or_before", "ripe_at_or_before must be an integer (epoch milliseconds)")
