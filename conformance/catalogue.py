@@ -293,6 +293,9 @@ CONTRACTS: tuple[C, ...] = (
       "An expired message lands in the DLQ with error deadline_exceeded, so nothing vanishes unseen."),
     C("DL-LIVE-DELIVERED", "docs/decisions.md §2 / docs/queued-call-deadlines.md",
       "A message within its deadline (or without one) is delivered as before."),
+    C("DL-POP-DEADLINE", "docs/decisions.md §2 / docs/queued-call-deadlines.md §4",
+      "A popped message carries deadlineAt: the absolute instant fixed at push by the broker's clock "
+      "(createdAt + deadlineMs, ISO-8601 UTC), or null when it was pushed without a deadline."),
     C("DL-BAD-DEADLINE", "docs/decisions.md §2",
       "deadlineMs is a relative integer budget > 0; anything else is a 400 and nothing is pushed."),
     C("LOG-OWNED-FIELDS", "docs/decisions.md §1 / docs/protocol.md §2.3",

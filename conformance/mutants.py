@@ -263,6 +263,20 @@ def deadline_ignored(req: Req, st: dict[str, Any]) -> Req:
     return req
 
 
+def pop_deadline_restarted(req: Req, resp: Resp, st: dict[str, Any]) -> Resp:
+    """The deadline handed out at pop is recomputed from the pop instant (now + deadlineMs) instead of
+    the instant fixed at push, so a consumer's last check would act on a deadline its caller never had."""
+    data = resp.json()
+    if req.path.startswith("/api/v1/pop/") and isinstance(data, dict) and isinstance(data.get("messages"), list):
+        for m in data["messages"]:
+            if isinstance(m, dict) and m.get("deadlineAt") and m.get("createdAt"):
+                at, created = (dt.datetime.fromisoformat(m[k].replace("Z", "+00:00")) for k in ("deadlineAt", "createdAt"))
+                later = dt.datetime.now(dt.UTC) + (at - created) + dt.timedelta(milliseconds=1)
+                m["deadlineAt"] = later.strftime("%Y-%m-%dT%H:%M:%S.") + f"{later.microsecond // 1000:03d}Z"
+        resp.set_json(data)
+    return resp
+
+
 def cancel_via_batch(req: Req, st: dict[str, Any]) -> Req:
     """The DELETE route implemented on top of the batch route: it inherits the schedule authorization."""
     if req.method == "DELETE" and _is_timer_item(req.path):
@@ -651,6 +665,9 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
            on_request=deliver_at_absolute),
     Mutant("deadline-ignored", ("DL-NOT-DELIVERED", "DL-TO-DLQ", "DL-BAD-DEADLINE"), "push deadlineMs ignored",
            on_request=deadline_ignored),
+    Mutant("pop-deadline-restarted", ("DL-POP-DEADLINE",),
+           "the deadlineAt handed out at pop is counted from the pop, not fixed at push",
+           on_response=pop_deadline_restarted),
     Mutant("cancel-via-batch", ("LIM-CANCEL-EVERY-RUNG", "TMR-CANCEL-NO-GRANT", "TMR-CANCEL-PASSES-PAUSED"),
            "the DELETE cancel implemented through the batch route (schedule authorization)",
            on_request=cancel_via_batch, on_response=cancel_unwrap),

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from conformance.client import expect, expect_error, poll, uniq
+from conformance.client import expect, expect_error, parse_ts, poll, uniq
 
 contract = pytest.mark.contract
 
@@ -45,6 +45,34 @@ def test_message_within_deadline_delivered(api):
     assert [m["transactionId"] for m in msgs] == [txn, plain], msgs
     assert [m["data"] for m in msgs] == [{"n": 1}, {"n": 2}]
     assert not [m for m in api.dlq(q) if m.get("transactionId") in (txn, plain)]
+
+
+def _ms(text) -> int:
+    assert isinstance(text, str) and text.endswith("Z"), f"deadlineAt should be an ISO-8601 UTC instant: {text!r}"
+    return round(parse_ts(text) * 1000)
+
+
+@contract("DL-POP-DEADLINE")
+def test_popped_message_carries_the_deadline_fixed_at_push(api):
+    q = uniq("q")
+    timed, plain, in_tx = uuid.uuid4().hex, uuid.uuid4().hex, uuid.uuid4().hex
+    expect(_push(api, q, {"n": 1}, deadline_ms=45_000, txn=timed), (200, 201))
+    expect(_push(api, q, {"n": 2}, txn=plain), (200, 201))
+    tx = {"operations": [{"type": "push", "items": [{"queue": q, "partition": "Default", "payload": {"n": 3},
+                                                     "transactionId": in_tx, "deadlineMs": 30_000}]}]}
+    assert expect(api.http.post("/api/v1/transaction", json=tx), 200).get("success") is True
+    # a leased pop (queue mode) and an auto-acked pop of another group both carry it
+    leased = expect(api.http.get(f"/api/v1/pop/queue/{q}", params={"batch": "10", "wait": "false"}), 200)["messages"]
+    grouped = expect(api.http.get(f"/api/v1/pop/queue/{q}", params={"batch": "10", "wait": "false", "autoAck": "true",
+                                                                    "consumerGroup": uniq("g")}), 200)["messages"]
+    for msgs in (leased, grouped):
+        by_txn = {m["transactionId"]: m for m in msgs}
+        assert set(by_txn) == {timed, plain, in_tx}, msgs
+        for txn, budget in ((timed, 45_000), (in_tx, 30_000)):
+            m = by_txn[txn]
+            assert _ms(m.get("deadlineAt")) - _ms(m["createdAt"]) == budget, (
+                f"deadlineAt should be the instant fixed at push, createdAt + deadlineMs: {m}")
+        assert "deadlineAt" in by_txn[plain] and by_txn[plain]["deadlineAt"] is None, by_txn[plain]
 
 
 @contract("DL-BAD-DEADLINE")

@@ -9,6 +9,22 @@ is made twice on fresh queues: WITHOUT deadlines, and WITH ``deadlineMs = timeou
 the broker fixes the deadline by its own clock and a pop never hands out an expired call (it goes to
 the DLQ as ``deadline_exceeded``). Every number in the printed table is measured in the run.
 
+The guarantee, and who keeps which half of it (docs/queued-call-deadlines.md §4.1). Let D be a call's
+deadline, fixed at push by PostgreSQL's clock (``now() + deadlineMs``) and handed to billing with the
+message as ``deadlineAt``:
+
+- billing charges only if, immediately before the charge (no await in between), the database clock's
+  latest possible reading plus ``--margin`` is still before D; otherwise it files the call in the DLQ
+  (ack ``dlq``, error ``deadline_exceeded``) unrun. The margin covers what follows the charge: pushing
+  the reply that tells the caller (the caller can only count what it was told);
+- the caller starts its timer when the broker has acknowledged the push (so it gives up at or after D,
+  never before), and at its timeout does not count the call failed until a read of the reply queue that
+  began after the timeout has come back: every reply committed before D has then been seen.
+
+So a charge is made before D - margin, its reply is committed before D, and the caller, which decides
+only after D, sees it. With deadlines on, the run asserts 0 orders charged twice and 0 charged although
+the caller saw "failed" (``guarantee`` in the result, exit code 1 from ``main`` when it does not hold).
+
 Why a plain asyncio program and not a locustfile: this is a scripted experiment, not a load shape. It
 needs one caller at an exact cadence, a service that is stopped and restarted at set instants, and
 per-order bookkeeping joined across caller, service and DLQ afterwards; Locust's model (many users,
@@ -51,6 +67,7 @@ ROWS = (
     ("charged_twice", "orders charged twice"),
     ("charged_after_failed", 'charged although the caller saw "failed"'),
     ("expired_skipped", "expired calls skipped, unrun (DLQ deadline_exceeded)"),
+    ("skipped_by_consumer", "  of which by billing's last check (the rest at pop)"),
     ("max_charges_per_second", "most charges in any one second"),
 )
 
@@ -66,6 +83,7 @@ class Params:
     outage: float = 20.0
     drain: float = 15.0  # longest wait, after the last order, for billing to work through its backlog
     # (it ends earlier, once billing has taken no call for 1.5 s)
+    margin: float = 0.25  # billing charges only while the deadline is at least this far away (seconds)
 
 
 @dataclass
@@ -79,6 +97,8 @@ class Outcome:
     charged_twice: int = 0
     charged_after_failed: int = 0
     expired_skipped: int = 0
+    skipped_by_consumer: int = 0
+    succeeded_while_settling: int = 0
     expired_metric_delta: float | None = None
     max_charges_per_second: int = 0
     max_charges_per_second_outside_outage: int = 0
@@ -86,6 +106,45 @@ class Outcome:
     skipped_past_deadline_s: dict[str, float] = field(default_factory=dict)
     billing_queue: str = ""
     seconds: float = 0.0
+    margin_s: float = 0.0
+    clock_uncertainty_ms: float | None = None
+    reply_push_max_ms: float = 0.0
+    replies_maybe_after_deadline: int = 0
+    guarantee: list[str] = field(default_factory=list)  # violations (with deadlines on); empty = it held
+
+
+class DbClock:
+    """Where PostgreSQL's clock can be, read off this process's monotonic clock. Measured once: the
+    ``time`` of ``GET /api/v1/resources/overview`` is the database's ``now()`` of that request, taken
+    somewhere between sending it (``a``) and reading the answer (``b``); rendered in whole milliseconds
+    (truncated). So at local instant ``t`` the database reads at most ``t + min(time + 1 ms - a)`` and at
+    least ``t + max(time - b)`` over the samples. A check that must not act late uses ``latest()``."""
+
+    def __init__(self) -> None:
+        self.hi = 0.0
+        self.lo = 0.0
+
+    async def measure(self, c: httpx.AsyncClient, samples: int = 5) -> None:
+        his, los = [], []
+        for _ in range(samples):
+            a = time.monotonic()
+            r = await c.get("/api/v1/resources/overview")
+            b = time.monotonic()
+            r.raise_for_status()
+            at = parse_iso(r.json()["time"])
+            his.append(at + 0.001 - a)
+            los.append(at - b)
+        self.hi, self.lo = min(his), max(los)
+
+    def latest(self) -> float:
+        return time.monotonic() + self.hi
+
+    def earliest(self) -> float:
+        return time.monotonic() + self.lo
+
+    @property
+    def uncertainty_ms(self) -> float:
+        return round((self.hi - self.lo) * 1000, 1)
 
 
 class Experiment:
@@ -104,6 +163,14 @@ class Experiment:
         self.t0 = 0.0
         self.restart_at: float | None = None
         self.first_reply_after_restart: float | None = None
+        self.clock = DbClock()
+        self.read_through = -1.0  # every reply committed before this instant (self.now()) has been read
+        self.reads = asyncio.Condition()
+        self.settled_late: set[str] = set()
+        self.skipped_by_consumer = 0
+        self.reply_push_max = 0.0
+        self.replies_late = 0
+        self.last_taken = 0.0
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -123,16 +190,28 @@ class Experiment:
         if self.deadlines:
             item["deadlineMs"] = int(self.p.timeout * 1000)
         try:
-            async with asyncio.timeout(self.p.timeout):
-                r = await c.post("/api/v1/push", json={"items": [item]})
-                if r.status_code not in (200, 201):
-                    raise RuntimeError(f"push answered {r.status_code}: {r.text[:200]}")
-                await fut
-            return True
-        except TimeoutError:
+            # Not cut short: a push abandoned mid-flight may still commit, with a deadline later than our
+            # give-up. Once it is acknowledged, its deadline D (the push's now() + timeout) is at most
+            # now + timeout: the timer starts here, so we give up at or after D.
+            r = await c.post("/api/v1/push", json={"items": [item]})
+            if r.status_code not in (200, 201):
+                raise RuntimeError(f"push answered {r.status_code}: {r.text[:200]}")
+            done, _ = await asyncio.wait({fut}, timeout=self.p.timeout)
+            if done:
+                return True
+            # Timed out. A reply committed before now (so before D) may still be on its way to us: it
+            # is seen by the first complete read of the reply queue that starts after this instant.
+            await self._settle(self.now())
+            if fut.done():
+                self.settled_late.add(order)
+                return True
             return False
         finally:
             self.waiters.pop(call_id, None)
+
+    async def _settle(self, gave_up: float) -> None:
+        async with self.reads:
+            await self.reads.wait_for(lambda: self.read_through >= gave_up)
 
     async def place(self, c: httpx.AsyncClient, order: str) -> None:
         for attempt in range(1 + self.p.retries):
@@ -144,15 +223,22 @@ class Experiment:
 
     async def reply_listener(self, c: httpx.AsyncClient) -> None:
         path = f"/api/v1/pop/queue/{self.replies}"
+        batch = 500
         while True:
-            r = await c.get(path, params={"wait": "true", "timeout": "500", "batch": "500", "autoAck": "true"})
-            if r.status_code != 200:
+            started = self.now()
+            r = await c.get(path, params={"wait": "true", "timeout": "150", "batch": str(batch), "autoAck": "true"})
+            if r.status_code not in (200, 204):
                 continue
-            for m in r.json().get("messages") or []:
+            msgs = (r.json().get("messages") or []) if r.status_code == 200 else []
+            for m in msgs:
                 data = (m or {}).get("data") or {}
-                fut = self.waiters.get(data.get("callId"))
+                fut = self.waiters.get(str(data.get("callId")))
                 if fut is not None and not fut.done():
                     fut.set_result(None)
+            if len(msgs) < batch:  # this read took everything committed before it started
+                async with self.reads:
+                    self.read_through = started
+                    self.reads.notify_all()
 
     # ---- billing service
     async def billing_service(self, c: httpx.AsyncClient) -> None:
@@ -164,18 +250,31 @@ class Experiment:
             msgs = [m for m in r.json().get("messages") or [] if m]
             if not msgs:
                 continue
-            replies = []
+            self.last_taken = self.now()
+            replies, acks, soonest = [], [], None
             for m in msgs:
                 data = m.get("data") or {}
+                deadline = parse_iso(m["deadlineAt"]) if m.get("deadlineAt") else None
+                # The last check, immediately before the side effect: nothing may await in between.
+                if deadline is not None and self.clock.latest() + self.p.margin >= deadline:
+                    self.skipped_by_consumer += 1
+                    acks.append(_ack(m, "dlq", "deadline_exceeded"))
+                    continue
                 self.charges.append((data["orderId"], self.now()))
+                if deadline is not None:
+                    soonest = deadline if soonest is None else min(soonest, deadline)
                 replies.append({"queue": data["replyTo"], "partition": "Default", "transactionId": uuid.uuid4().hex,
                                 "payload": {"callId": data["callId"], "receipt": f"rcpt-{data['orderId']}"}})
-            if self.restart_at is not None and self.first_reply_after_restart is None:
-                self.first_reply_after_restart = self.now()
-            pr = await c.post("/api/v1/push", json={"items": replies})
-            pr.raise_for_status()
-            acks = [{"transactionId": m["transactionId"], "partitionId": m["partitionId"], "status": "completed",
-                     "error": None, "leaseId": m.get("leaseId")} for m in msgs]
+                acks.append(_ack(m, "completed", None))
+            if replies:
+                if self.restart_at is not None and self.first_reply_after_restart is None:
+                    self.first_reply_after_restart = self.now()
+                sent = time.monotonic()
+                pr = await c.post("/api/v1/push", json={"items": replies})
+                pr.raise_for_status()
+                self.reply_push_max = max(self.reply_push_max, time.monotonic() - sent)
+                if soonest is not None and self.clock.earliest() >= soonest:
+                    self.replies_late += 1  # answered after a deadline: it may have committed after it (margin too small)
             ar = await c.post("/api/v1/ack/batch", json={"acknowledgments": acks, "consumerGroup": None})
             ar.raise_for_status()
 
@@ -185,15 +284,15 @@ class Experiment:
         self.stopping = False
 
     def _billing_idle_for(self) -> float:
-        """Seconds since billing last took a call (since the restart when it took none)."""
-        last = max([at for _, at in self.charges] + [self.restart_at or 0.0])
-        return self.now() - last
+        """Seconds since billing last took a call, charged or skipped (since the restart when it took none)."""
+        return self.now() - max(self.last_taken, self.restart_at or 0.0)
 
     async def run(self) -> Outcome:
         p = self.p
         limits = httpx.Limits(max_connections=200, max_keepalive_connections=50)
         async with httpx.AsyncClient(base_url=p.url, timeout=30.0, limits=limits) as c:
             await self._configure(c)
+            await self.clock.measure(c)
             before = await asyncio.to_thread(_expired_total, p.url)
             self.t0 = time.monotonic()
             listener = asyncio.create_task(self.reply_listener(c))
@@ -242,8 +341,12 @@ class Experiment:
 
     def _outcome(self, n: int, dlq_rows: list[dict[str, Any]], before: float | None, after: float | None,
                  elapsed: float) -> Outcome:
-        o = Outcome(self.deadlines, orders=n, billing_queue=self.billing, seconds=round(elapsed, 1))
+        o = Outcome(self.deadlines, orders=n, billing_queue=self.billing, seconds=round(elapsed, 1),
+                    margin_s=self.p.margin, clock_uncertainty_ms=self.clock.uncertainty_ms,
+                    reply_push_max_ms=round(self.reply_push_max * 1000, 1), replies_maybe_after_deadline=self.replies_late,
+                    skipped_by_consumer=self.skipped_by_consumer)
         o.succeeded = sum(1 for v in self.results.values() if v == "succeeded")
+        o.succeeded_while_settling = len(self.settled_late)
         o.failed = sum(1 for v in self.results.values() if v == "failed")
         o.retried = sum(1 for v in self.attempts.values() if v > 1)
         per_order = Counter(order for order, _ in self.charges)
@@ -266,7 +369,24 @@ class Experiment:
         if lateness:
             o.skipped_past_deadline_s = {"min": round(min(lateness), 2), "median": round(statistics.median(lateness), 2),
                                          "max": round(max(lateness), 2)}
+        if self.deadlines:
+            o.guarantee = violations(asdict(o))
         return o
+
+
+def violations(o: dict[str, Any]) -> list[str]:
+    """What the deadline guarantee forbids, found in a run with deadlines on (empty: it held)."""
+    out = []
+    if o["charged_twice"]:
+        out.append(f"{o['charged_twice']} orders charged twice")
+    if o["charged_after_failed"]:
+        out.append(f"{o['charged_after_failed']} orders charged although the caller saw \"failed\"")
+    return out
+
+
+def _ack(m: dict[str, Any], status: str, error: str | None) -> dict[str, Any]:
+    return {"transactionId": m["transactionId"], "partitionId": m["partitionId"], "status": status, "error": error,
+            "leaseId": m.get("leaseId")}
 
 
 def _lateness(rows: list[dict[str, Any]], deadline_s: float) -> list[float]:
@@ -303,7 +423,7 @@ def table(result: dict[str, Any]) -> str:
         return "-" if v is None else str(v)
 
     head = ("", "seed without", "ours without", "seed with", "ours with")
-    rows = [head] + [(label, cell(s["without"][k]), cell(w[k]), cell(s["with"][k]), cell(d[k])) for k, label in ROWS]
+    rows = [head] + [(label, cell(s["without"].get(k)), cell(w[k]), cell(s["with"].get(k)), cell(d[k])) for k, label in ROWS]
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = ["  ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(r)) for r in rows]
     lines.insert(1, "  ".join("-" * x for x in widths))
@@ -318,7 +438,18 @@ def table(result: dict[str, Any]) -> str:
         sp = d["skipped_past_deadline_s"]
         lines.append(f"skipped calls were {sp['min']}..{sp['max']} s past their deadline (median {sp['median']} s)")
     lines.append(f"queen_messages_expired_total delta: with {cell(d['expired_metric_delta'])}")
+    lines.append(f"billing's margin {d['margin_s']} s; database clock known to {cell(d['clock_uncertainty_ms'])} ms; "
+                 f"slowest reply push {w['reply_push_max_ms']} / {d['reply_push_max_ms']} ms (without / with), "
+                 f"{d['replies_maybe_after_deadline']} answered after a deadline; callers told of a success while "
+                 f"settling: {w['succeeded_while_settling']} / {d['succeeded_while_settling']}")
+    lines.append(verdict_line(d))
     return "\n".join(lines)
+
+
+def verdict_line(d: dict[str, Any]) -> str:
+    if d["guarantee"]:
+        return "deadline guarantee VIOLATED with deadlines on: " + "; ".join(d["guarantee"])
+    return "deadline guarantee held with deadlines on: 0 orders charged twice, 0 charged after the caller saw \"failed\""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -331,23 +462,25 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--outage-start", type=float, default=7.5)
     ap.add_argument("--outage", type=float, default=20.0)
     ap.add_argument("--drain", type=float, default=15.0)
+    ap.add_argument("--margin", type=float, default=0.25,
+                    help="billing charges only while its call's deadline is at least this many seconds away")
     ap.add_argument("--json", default="", help="write the result as JSON here")
     return ap
 
 
 def params_from(ns: argparse.Namespace) -> Params:
     return Params(url=ns.url, interval=ns.interval, duration=ns.duration, timeout=ns.timeout, retries=ns.retries,
-                  outage_start=ns.outage_start, outage=ns.outage, drain=ns.drain)
+                  outage_start=ns.outage_start, outage=ns.outage, drain=ns.drain, margin=ns.margin)
 
 
 def main(argv: list[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)
     result = run_both(params_from(ns))
-    print(table(result))
     if ns.json:
         with open(ns.json, "w") as f:
             json.dump(result, f, indent=2)
-    return 0
+    print(table(result))
+    return 1 if result["with"]["guarantee"] else 0
 
 
 if __name__ == "__main__":

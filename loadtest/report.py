@@ -366,9 +366,10 @@ def _verdict(kind: str, s: dict[str, Any]) -> str:
         w, d = s["without"], s["with"]
         text = (f"Without deadlines billing made <b>{w['charges']}</b> charges ({w['charged_after_failed']} although the caller "
                 f"saw \"failed\"); with <code>deadlineMs</code> it made <b>{d['charges']}</b> and skipped "
-                f"{d['expired_skipped']} expired calls unrun.")
+                f"{d['expired_skipped']} expired calls unrun. {_e(od.verdict_line(d))}.")
+        cls = "bad" if d.get("guarantee") else "good"
         rows = [[label, w.get(key), od.SEED["without"].get(key), d.get(key), od.SEED["with"].get(key)] for key, label in od.ROWS]
-        return f'<div class="verdict good" id="verdict">{text}</div>' + html_table(
+        return f'<div class="verdict {cls}" id="verdict">{text}</div>' + html_table(
             ["", "without deadlines", "(seed, 35 s run)", "with deadlineMs", "(seed, 35 s run)"], rows)
     failed = sum(int(f.get("occurrences", 0)) for f in s.get("failures", []))
     cls = "bad" if failed else "good"

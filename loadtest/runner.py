@@ -361,7 +361,7 @@ def run_outage(args: argparse.Namespace, url: str, out: Path) -> dict[str, Any]:
 
     p = od.Params(url=url, interval=args.interval, duration=args.duration if args.duration_given else 35.0,
                   timeout=args.timeout, retries=args.retries, outage_start=args.outage_start, outage=args.outage,
-                  drain=args.drain)
+                  drain=args.drain, margin=args.margin)
     result = od.run_both(p)
     result["machine"] = machine(args.load_start)
     result["url"] = url
@@ -401,6 +401,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--outage-start", type=float, default=7.5, help="outage_deadlines: billing stops at (s)")
     ap.add_argument("--outage", type=float, default=20.0, help="outage_deadlines: billing stays down for (s)")
     ap.add_argument("--drain", type=float, default=15.0, help="outage_deadlines: longest wait for the backlog (s)")
+    ap.add_argument("--margin", type=float, default=0.25,
+                    help="outage_deadlines: billing charges only while the deadline is this many seconds away")
     return ap
 
 
@@ -426,8 +428,8 @@ def main(argv: list[str] | None = None) -> int:
             result = capacity(args, url, out)
             return 0 if result["steps"] else 1
         if args.scenario == "outage_deadlines":
-            run_outage(args, url, out)
-            return 0
+            result = run_outage(args, url, out)
+            return 1 if result["with"]["guarantee"] else 0  # the deadline guarantee is asserted, not just shown
         extra = list(args.locust_args)
         if args.scenario == "timers_lag":
             extra = [*timers_lag_args(args.rate, args.window_ms, args.users, args.duration), *extra]

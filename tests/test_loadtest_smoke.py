@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import csv
 import json
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 from browser import launched, save_view, shot_on_failure
 
 from broker.localserver import LocalBroker
 from loadtest import runner
+from loadtest.outage_deadlines import DbClock
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -125,7 +128,7 @@ def test_capacity_steps_the_rate(broker: LocalBroker, tmp_path: Path) -> None:
 @pytest.mark.browser
 def test_outage_deadlines_short_run(broker: LocalBroker, tmp_path: Path) -> None:
     rc = runner.main(["outage_deadlines", "--url", broker.url, "--interval", "0.1", "--duration", "3", "--timeout", "0.5",
-                      "--outage-start", "0.6", "--outage", "1.6", "--drain", "4", "--out", str(tmp_path)])
+                      "--outage-start", "0.6", "--outage", "3", "--drain", "4", "--out", str(tmp_path)])
     assert rc == 0
     s = _summary(tmp_path)
     without, with_ = s["without"], s["with"]
@@ -136,7 +139,25 @@ def test_outage_deadlines_short_run(broker: LocalBroker, tmp_path: Path) -> None
     assert without["expired_skipped"] == 0
     assert without["charged_after_failed"] > 0 and without["charges"] > without["succeeded"]
     # with deadlines the broker skipped the expired calls (DLQ rows with deadline_exceeded)
-    assert with_["expired_skipped"] > 0
+    assert with_["expired_skipped"] > 0 and with_["skipped_by_consumer"] <= with_["expired_skipped"]
     assert with_["charges"] < without["charges"]
+    # The guarantee (the run's exit code above says the same): every charge was told to its caller as a
+    # success, and no order was charged twice. Billing checked each popped call's deadlineAt right
+    # before charging; the caller waited until its deadline had passed and its replies were read.
+    assert with_["charged_twice"] == 0 and with_["charged_after_failed"] == 0, with_
+    assert with_["guarantee"] == [] and with_["charges"] == with_["succeeded"], with_
+    assert with_["clock_uncertainty_ms"] is not None and with_["clock_uncertainty_ms"] < 1000 * with_["margin_s"]
     verdict = look_at_report(tmp_path, "outage_deadlines", plots=0)
     assert f"made {without['charges']} charges" in verdict.replace("\n", " ")
+    assert "deadline guarantee held" in verdict
+
+
+async def test_outage_billing_reads_the_database_clock(broker: LocalBroker) -> None:
+    """Billing's last check reads PostgreSQL's clock off its own monotonic one: on this machine both
+    share the kernel's clock, so the bounds it measured must bracket the local wall clock."""
+    clock = DbClock()
+    async with httpx.AsyncClient(base_url=broker.url, timeout=30) as c:
+        await clock.measure(c)
+    low, wall, high = clock.earliest(), time.time(), clock.latest()
+    assert low <= wall + 0.002 and wall <= high + 0.002, (low, wall, high)
+    assert 0 <= clock.uncertainty_ms < 1000  # the bounds are ordered and tight enough to be of use

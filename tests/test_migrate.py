@@ -243,6 +243,26 @@ async def test_a_function_file_change_is_applied_at_next_boot(pg, tmp_path):
     assert await fingerprint(dsn) == await fingerprint(pg.new_db())
 
 
+async def test_a_pop_with_other_result_columns_is_replaced(pg):
+    """CREATE OR REPLACE cannot change a function's result columns: a database whose queen_pop answers other
+    columns (the one before the pop handed out deadline_at) is upgraded at boot all the same."""
+    dsn = pg.new_db()
+    conn = await asyncpg.connect(dsn)
+    try:
+        args = await conn.fetchval("SELECT pg_get_function_identity_arguments('queen_pop'::regproc)")
+        await conn.execute(f"DROP FUNCTION queen_pop({args})")
+        await conn.execute(f"CREATE OR REPLACE FUNCTION queen_pop({args}) RETURNS TABLE (kind text) "
+                           "LANGUAGE sql AS $$ SELECT 'idle'::text $$")
+        await conn.execute("DELETE FROM queen_schema_functions")
+        out = await migrate.run(conn)
+        assert out.functions == migrate.discover_functions().checksum
+        cols = await conn.fetchval("SELECT proargnames FROM pg_proc WHERE proname = 'queen_pop'")
+        assert "deadline_at" in cols
+    finally:
+        await conn.close()
+    assert await fingerprint(dsn) == await fingerprint(pg.new_db())
+
+
 async def test_stale_functions_and_triggers_are_dropped(pg, tmp_path):
     """What the files stop defining (a removed function, the old signature of a changed one, a removed
     trigger) is dropped in the transaction that applies them; what is not ours is left alone."""

@@ -315,6 +315,8 @@ class LogService:
                     **render.data_fields(opened),
                     "producerSub": r["producer_sub"],
                     "createdAt": render.ts(r["created_at"]),
+                    # the absolute deadline (database clock) for the consumer's last check, null without one
+                    "deadlineAt": render.ts(r["deadline_at"]),
                     "queue": queue,
                     "partitionId": pid,
                     "partition": r["partition"],

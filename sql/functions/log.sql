@@ -307,12 +307,24 @@ $$;
 -- if none) and whose seq is the milliseconds until then: a long poll also wakes then.
 -- Cursors for partitions the group has not seen yet are created only when the queue's partition_count
 -- exceeds the group's cursor_count (no per-pop search otherwise); rows go out with RETURN NEXT.
+-- deadline_at is the message's absolute deadline (NULL without one), handed to the consumer so it can
+-- check it again right before its side effect (docs/queued-call-deadlines.md §4).
+-- CREATE OR REPLACE cannot change a function's result columns, so any earlier queen_pop is dropped first.
+DO $$
+DECLARE r record;
+BEGIN
+    FOR r IN SELECT p.oid::regprocedure AS sig FROM pg_proc p
+             WHERE p.pronamespace = current_schema()::regnamespace AND p.proname = 'queen_pop' LOOP
+        EXECUTE format('DROP FUNCTION %s', r.sig);
+    END LOOP;
+END
+$$;
 CREATE OR REPLACE FUNCTION queen_pop(
     p_tenant text, p_queue text, p_partition text, p_group text, p_batch integer, p_max_partitions integer,
     p_auto_ack boolean, p_sub_mode text, p_sub_from timestamptz
 ) RETURNS TABLE (kind text, partition_id uuid, partition text, seq bigint, id uuid, txn text, trace_id uuid,
                  payload bytea, codec smallint, key_id text, producer_sub text, created_at timestamptz,
-                 attempt integer, lease_id uuid, lease_until timestamptz)
+                 attempt integer, lease_id uuid, lease_until timestamptz, deadline_at timestamptz)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
@@ -336,7 +348,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN QUERY SELECT 'idle'::text, NULL::uuid, NULL::text, NULL::bigint, NULL::uuid, NULL::text,
             NULL::uuid, NULL::bytea, NULL::smallint, NULL::text, NULL::text, NULL::timestamptz, NULL::integer,
-            NULL::uuid, NULL::timestamptz;
+            NULL::uuid, NULL::timestamptz, NULL::timestamptz;
         RETURN;
     END IF;
     v_until := CASE WHEN p_auto_ack THEN NULL ELSE now() + q.lease_time_s * interval '1 second' END;
@@ -405,7 +417,7 @@ BEGIN
             v_picked := 0;
             FOR m IN
                 SELECT mm.seq, mm.id, mm.txn, mm.trace_id, mm.payload, mm.codec, mm.key_id, mm.producer_sub,
-                       mm.created_at, (mm.deadline_at IS NOT NULL AND mm.deadline_at <= now()) AS expired,
+                       mm.created_at, mm.deadline_at, (mm.deadline_at IS NOT NULL AND mm.deadline_at <= now()) AS expired,
                        coalesce(st.failures, 0) AS failures
                 FROM queen_messages mm
                 LEFT JOIN queen_msg_state st ON st.tenant = p_tenant AND st.partition_id = mm.partition_id
@@ -429,6 +441,7 @@ BEGIN
                     partition_id := c.pid; partition := c.name; seq := m.seq; id := m.id; txn := m.txn;
                     trace_id := NULL; payload := NULL; codec := NULL; key_id := NULL; producer_sub := NULL;
                     created_at := m.created_at; attempt := m.failures + 1; lease_id := NULL; lease_until := NULL;
+                    deadline_at := m.deadline_at;
                     RETURN NEXT;
                 ELSE
                     v_given := v_given + 1;
@@ -437,6 +450,7 @@ BEGIN
                     txn := m.txn; trace_id := m.trace_id; payload := m.payload; codec := m.codec;
                     key_id := m.key_id; producer_sub := m.producer_sub; created_at := m.created_at;
                     attempt := m.failures + 1; lease_id := v_lease; lease_until := v_until;
+                    deadline_at := m.deadline_at;
                     RETURN NEXT;
                 END IF;
             END LOOP;
@@ -478,7 +492,7 @@ BEGIN
         RETURN QUERY SELECT 'idle'::text, NULL::uuid, NULL::text,
             ceil(extract(epoch FROM v_until - now()) * 1000)::bigint, NULL::uuid, NULL::text,
             NULL::uuid, NULL::bytea, NULL::smallint, NULL::text, NULL::text, NULL::timestamptz, NULL::integer,
-            NULL::uuid, v_until;
+            NULL::uuid, v_until, NULL::timestamptz;
     END IF;
 END
 $$;
