@@ -609,10 +609,27 @@ CONTRACTS: tuple[C, ...] = (
     C("CLI-GROUPS-SUBSCRIPTION", "docs/protocol.md §2.11",
       "Updating a group's subscription timestamp decides where it starts in partitions it has not read: "
       "messages created before the instant are skipped there."),
-    C("CLI-OPTION-REFUSED", "docs/protocol.md §2.1 / docs/decisions.md §7",
-      "A queue option the broker does not honour (priority, delayedProcessing, windowBuffer, maxSize, "
-      "retryDelay, maxWaitTimeSeconds) is refused at configure with 400 unsupported_queue_option naming it "
-      "when its value is not the default 0; the default is accepted."),
+    C("CLI-OPT-DELAYED", "docs/protocol.md §2.1 / docs/decisions.md §7",
+      "delayedProcessing=N (seconds): a message is not delivered before its push + N by the broker's clock; "
+      "after that it is."),
+    C("CLI-OPT-RETRY-DELAY", "docs/protocol.md §2.1 / docs/decisions.md §7",
+      "retryDelay=N (ms): a nacked message is not redelivered before the nack + N; then it comes back with "
+      "deliveryAttempt 2."),
+    C("CLI-OPT-WINDOW", "docs/protocol.md §2.1 / docs/decisions.md §7",
+      "windowBuffer=N (seconds): a partition is not served until its newest message is N s old; then its "
+      "messages come out together, in order."),
+    C("CLI-OPT-MAX-WAIT", "docs/protocol.md §2.1 / docs/decisions.md §7",
+      "maxWaitTimeSeconds=N: a message still undelivered N s after its push is not delivered; it is in the "
+      "DLQ with an error naming max_wait_exceeded."),
+    C("CLI-OPT-PRIORITY", "docs/protocol.md §2.1 / docs/decisions.md §7",
+      "A namespace pop serves the queue of higher priority first, whatever the queues' names."),
+    C("CLI-OPT-MAX-SIZE", "docs/protocol.md §2.1, §2.3 / docs/decisions.md §7",
+      "maxSize=N: a push that would take the queue's unconsumed messages over N answers 201 with its items "
+      "status failed, reason queue_full and an error naming queue_full, and writes nothing; once a message "
+      "is consumed a push fits again."),
+    C("CLI-OPT-CONFLICT", "docs/protocol.md §2.1 / docs/decisions.md §7",
+      "delayedProcessing >= maxWaitTimeSeconds > 0 (no message could ever be delivered) is refused at "
+      "configure with 400 conflicting_options naming maxWaitTimeSeconds; a smaller delay is accepted."),
     C("CLI-MON-RESOURCES", "docs/protocol.md §2.10",
       "GET /api/v1/resources/overview, /namespaces, /tasks and /partitions?queue= report the tenant's own "
       "queues, partitions and message counts (another tenant sees none of them)."),

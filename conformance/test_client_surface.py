@@ -187,13 +187,88 @@ def test_groups_subscription_timestamp(api):
 
 # ------------------------------------------------------------------------------ queue options (decisions §7)
 
-@contract("CLI-OPTION-REFUSED")
-def test_options_not_honoured_are_refused_naming_them(api):
-    for key in ("priority", "delayedProcessing", "windowBuffer", "maxSize", "retryDelay", "maxWaitTimeSeconds"):
-        q = uniq("opt")
-        data = expect_error(api.configure(q, **{key: 7}), 400, reason="unsupported_queue_option")
-        assert key in data["detail"], data
-        expect(api.configure(q, **{key: 0}), (200, 201))
+def _data(msgs: list[dict]) -> list:
+    return [m["data"] for m in msgs]
+
+
+@contract("CLI-OPT-DELAYED")
+def test_delayed_processing_holds_messages_until_due(api):
+    q = uniq("opt-delay")
+    expect(api.configure(q, delayedProcessing=1), (200, 201))
+    expect(api.push(q, ["later"]), (200, 201))
+    assert api.pop(q) == []
+    time.sleep(1.3)
+    assert _data(api.pop(q)) == ["later"]
+
+
+@contract("CLI-OPT-RETRY-DELAY")
+def test_retry_delay_keeps_a_nacked_message_back(api):
+    q = uniq("opt-retry")
+    expect(api.configure(q, retryDelay=1000), (200, 201))
+    expect(api.push(q, ["flaky"]), (200, 201))
+    [m] = api.pop_leased(q)["messages"]
+    assert api.ack(m, status="failed", error="later")["success"] is True
+    assert api.pop_leased(q) is None
+    time.sleep(1.3)
+    [again] = api.pop_leased(q)["messages"]
+    assert again["data"] == "flaky" and again["deliveryAttempt"] == 2, again
+
+
+@contract("CLI-OPT-WINDOW")
+def test_window_buffer_waits_for_a_quiet_partition(api):
+    q = uniq("opt-window")
+    expect(api.configure(q, windowBuffer=1), (200, 201))
+    expect(api.push(q, ["a", "b"]), (200, 201))
+    assert api.pop(q) == []
+    time.sleep(1.3)
+    assert _data(api.pop(q)) == ["a", "b"]
+
+
+@contract("CLI-OPT-MAX-WAIT")
+def test_max_wait_dead_letters_what_waited_too_long(api):
+    q = uniq("opt-wait")
+    expect(api.configure(q, maxWaitTimeSeconds=1), (200, 201))
+    expect(api.push(q, ["stale"]), (200, 201))
+    time.sleep(1.3)
+    assert api.pop(q) == []
+    [row] = api.dlq(q)
+    assert row["data"] == "stale" and "max_wait_exceeded" in (row.get("errorMessage") or ""), row
+
+
+@contract("CLI-OPT-PRIORITY")
+def test_priority_orders_a_namespace_pop(api):
+    ns = uniq("opt-ns")
+    low, high = f"{ns}-a", f"{ns}-b"
+    for q, prio in ((low, 1), (high, 5)):
+        expect(api.http.post("/api/v1/configure", json={"queue": q, "namespace": ns, "task": None,
+                                                        "options": {"priority": prio}}), (200, 201))
+        expect(api.push(q, [q]), (200, 201))
+    got = []
+    for _ in range(2):
+        data = expect(api.http.get("/api/v1/pop", params={"namespace": ns, "batch": "1", "wait": "false",
+                                                          "autoAck": "true"}), 200)
+        got += _data(data["messages"])
+    assert got == [high, low]
+
+
+@contract("CLI-OPT-MAX-SIZE")
+def test_max_size_refuses_the_push_that_would_exceed_it(api):
+    q = uniq("opt-max")
+    expect(api.configure(q, maxSize=1), (200, 201))
+    assert expect(api.push(q, [1]), (200, 201))[0]["status"] == "queued"
+    [refused] = expect(api.push(q, [2]), 201)
+    assert refused["status"] == "failed" and refused["reason"] == "queue_full", refused
+    assert "queue_full" in refused["error"], refused
+    assert _data(api.pop(q)) == [1]  # the refused push wrote nothing; consuming makes room
+    assert expect(api.push(q, [3]), (200, 201))[0]["status"] == "queued"
+
+
+@contract("CLI-OPT-CONFLICT")
+def test_a_delay_the_max_wait_forbids_is_refused(api):
+    q = uniq("opt-conflict")
+    data = expect_error(api.configure(q, delayedProcessing=2, maxWaitTimeSeconds=2), 400, reason="conflicting_options")
+    assert "maxWaitTimeSeconds" in data["detail"], data
+    expect(api.configure(q, delayedProcessing=1, maxWaitTimeSeconds=2), (200, 201))
 
 
 # ------------------------------------------------------------------------------ monitoring (item 3)

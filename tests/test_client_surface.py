@@ -169,20 +169,7 @@ async def test_group_subscription_timestamp_governs_unread_partitions(queen_clie
     assert await _pop_group(queen_client, q, g, "p2") == ["after"]
 
 
-# ------------------------------------------------------------------------------ queue options not yet honoured
-
-@pytest.mark.parametrize("option,value", [("delayed_processing", 5), ("retry_delay", 2000), ("max_size", 2),
-                                          ("priority", 3), ("window_buffer", 1), ("max_wait_time_seconds", 9)])
-async def test_configure_refuses_an_option_it_would_ignore(queen_client, option, value):
-    q = uniq("cs-opt")
-    with pytest.raises(httpx.HTTPStatusError) as exc:
-        await queen_client.queue(q).config({option: value}).create()
-    body = exc.value.response.json()
-    assert exc.value.response.status_code == 400 and body["reason"] == "unsupported_queue_option"
-    assert body["option"] == "".join(w.capitalize() if i else w for i, w in enumerate(option.split("_")))
-    # defaults (what the client always sends) are accepted
-    assert (await queen_client.queue(q).create())["configured"] is True
-
+# ------------------------------------------------------------------------------ queue options (the rest: test_client_queue_options.py)
 
 async def test_dead_letter_queue_false_turns_the_dlq_off(queen_client):
     q = uniq("cs-nodlq")

@@ -154,12 +154,18 @@ def test_configure_refuses_unknown_or_bad_options_naming_the_key(http, options, 
 
 @pytest.mark.parametrize("key", ["priority", "delayedProcessing", "windowBuffer", "maxSize", "retryDelay",
                                  "maxWaitTimeSeconds"])
-def test_configure_refuses_options_it_does_not_honour_yet(http, key):
+def test_configure_keeps_the_gating_options_and_reads_them_back(http, broker, key):
+    """Each is stored in queen_queues.options and read by push/pop through its generated column (their
+    effects: tests/test_client_queue_options.py)."""
     q = uniq("cfg")
     r = http.post("/api/v1/configure", json={"queue": q, "options": dict(DEFAULTS, **{key: 5})})
-    assert r.status_code == 400
-    assert r.json()["reason"] == "unsupported_queue_option" and r.json()["option"] == key and key in r.json()["detail"]
-    assert http.get(f"/api/v1/resources/queues/{q}").status_code == 404
+    assert r.status_code in (200, 201) and r.json()["options"][key] == 5
+    assert http.get(f"/api/v1/resources/queues/{q}").json()["options"][key] == 5
+    [row] = db_fetch(broker.dsn, "SELECT priority, delay_s, window_s, max_size, retry_delay_ms, max_wait_s"
+                          " FROM queen_queues WHERE name = $1", q)
+    column = {"priority": "priority", "delayedProcessing": "delay_s", "windowBuffer": "window_s",
+              "maxSize": "max_size", "retryDelay": "retry_delay_ms", "maxWaitTimeSeconds": "max_wait_s"}[key]
+    assert {k: v for k, v in dict(row).items() if v} == {column: 5}
 
 
 def test_configure_encryption_without_keys_is_refused(http):

@@ -205,6 +205,20 @@ def test_state_ops_apply_in_order_last_op_on_a_key_wins(api):
     assert api.state(qid, pid) == {"b": None, "c": [2]}
 
 
+def test_a_full_sink_refuses_the_whole_cycle(api):
+    src, sink = uniq("src"), uniq("sink")
+    api.configure(sink, maxSize=1)
+    qid = api.stream_query(uniq("sq"), src, sink_queue=sink)
+    ans = _leased(api, src, 2)
+    pid = ans["partitionId"]
+    body = api.cycle(qid, pid, state_ops=[{"type": "upsert", "key": "k", "value": 1}], push_items=_sink(sink) * 2,
+                     ack=_ack_of(ans)).json()
+    assert body["success"] is False and body["reason"] == "queue_full" and "maxSize" in body["error"], body
+    assert api.state(qid, pid) == {}
+    assert api.messages(sink) == []
+    assert api.cycle(qid, pid, push_items=_sink(sink), ack=_ack_of(ans)).json()["success"] is True
+
+
 def test_a_malformed_sink_item_refuses_the_whole_cycle(api):
     src = uniq("src")
     qid = api.stream_query(uniq("sq"), src)

@@ -6,11 +6,14 @@ import uuid
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+import asyncpg
+
 from broker.auth import Principal
 from broker.errors import Conflict, NotFound
 from broker.ids import uuid7
 from broker.log import render
 from broker.log.parse import QueueOptions
+from broker.log.service import QUEUE_FULL, queue_full_error, queues_full
 from broker.metrics import MESSAGES_PUSHED
 from broker.payloads import Sealed, open_
 from broker.store.queries import Q
@@ -163,10 +166,17 @@ async def _replay(conn: Any, principal: Any, r: Any) -> dict[str, Any]:
         raise Conflict("no_payload", "this dead letter carries no stored message to replay", code="dlq_replay_refused")
     txn = replay_txn(r["txn"], dlq_id)
     mid = uuid7()
-    rows = await conn.fetch(
-        Q.log_push, principal.tenant, [], [r["queue"]], [r["partition"]], [mid], [txn], [r["trace_id"]],
-        [r["payload"]], [r["codec"]], [r["key_id"]], [r["producer_sub"]], [None],
-    )
+    try:
+        rows = await conn.fetch(
+            Q.log_push, principal.tenant, [], [r["queue"]], [r["partition"]], [mid], [txn], [r["trace_id"]],
+            [r["payload"]], [r["codec"]], [r["key_id"]], [r["producer_sub"]], [None],
+        )
+    except asyncpg.PostgresError as exc:
+        if getattr(exc, "sqlstate", None) != QUEUE_FULL:
+            raise
+        [full] = queues_full(exc).values()
+        raise Conflict("queue_full", f"{queue_full_error(full)}; the dead letter is kept", code="dlq_replay_refused",
+                       extra={"maxSize": full["maxSize"]}) from None
     await conn.execute(Q.log_dlq_delete, principal.tenant, dlq_id)
     row = rows[0]
     if row["status"] == "queued":

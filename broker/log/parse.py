@@ -25,18 +25,17 @@ SERVER_OWNED = ("producerSub", "messageId", "tenant")
 PUSH_ITEM_KEYS = frozenset({"queue", "partition", "payload", "transactionId", "traceId", "deadlineMs"})
 
 # Every option key the official client may send to /configure (the nine it always sends plus the
-# extras it forwards), and what we do with it: the typed ones are stored in columns and enforced;
-# the rest are kept in queen_queues.options as given.
+# extras it forwards), and what we do with it: leaseTime, retryLimit and the booleans are columns of
+# queen_queues; the rest are kept in queen_queues.options as given, and the ones that gate delivery or
+# admission (priority, delayedProcessing, windowBuffer, maxSize, retryDelay, maxWaitTimeSeconds) are
+# read back as generated columns by push and pop (sql/migrations/0010_queue_options.sql,
+# sql/functions/queue_options.sql); retentionSeconds/completedRetentionSeconds by the pruner. Every
+# key is acted on: an unknown one is refused, none is stored and ignored.
 OPTION_INT = {"leaseTime": (1, 86_400 * 30), "retryLimit": (0, 1_000), "priority": (-1_000_000, 1_000_000),
               "delayedProcessing": (0, 86_400 * 365), "windowBuffer": (0, 86_400 * 365),
               "maxSize": (0, 2**62), "retentionSeconds": (0, 2**31), "completedRetentionSeconds": (0, 2**31),
               "retryDelay": (0, 86_400_000), "maxWaitTimeSeconds": (0, 86_400 * 365)}
 OPTION_BOOL = ("encryptionEnabled", "dlqAfterMaxRetries", "deadLetterQueue")
-# Options the client sends that this broker does not act on yet: their default (0) is accepted, any other
-# value is refused with 400 unsupported_queue_option naming the option, never stored and ignored
-# (docs/decisions.md §7).
-UNSUPPORTED_UNLESS_ZERO = ("priority", "delayedProcessing", "windowBuffer", "maxSize", "retryDelay",
-                           "maxWaitTimeSeconds")
 ACK_STATUSES = frozenset({"completed", "success", "failed", "retry", "dlq"})
 
 
@@ -190,12 +189,6 @@ def queue_options(raw: Any, current: QueueOptions | None = None) -> QueueOptions
             lo, hi = OPTION_INT[key]
             if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
                 raise BadRequest("bad_option", f"options.{key} must be an integer in [{lo}, {hi}]", extra={"option": key})
-            if key in UNSUPPORTED_UNLESS_ZERO and value != 0:
-                raise BadRequest(
-                    "unsupported_queue_option",
-                    f"options.{key}={value} is not honoured by this broker yet; send 0 (the default) or leave it out",
-                    extra={"option": key},
-                )
             if key == "leaseTime":
                 lease = value
             elif key == "retryLimit":
@@ -215,6 +208,15 @@ def queue_options(raw: Any, current: QueueOptions | None = None) -> QueueOptions
                 extra[key] = value
     if extra.get("deadLetterQueue") is False:
         dlq = False
+    wait, delay = extra.get("maxWaitTimeSeconds") or 0, extra.get("delayedProcessing") or 0
+    if wait and delay >= wait:
+        # Every message would be dead-lettered for waiting too long before it may even be delivered.
+        raise BadRequest(
+            "conflicting_options",
+            f"options.delayedProcessing={delay} holds every message at least as long as "
+            f"options.maxWaitTimeSeconds={wait} allows it to wait: no message could ever be delivered",
+            extra={"option": "maxWaitTimeSeconds"},
+        )
     return QueueOptions(lease, retry, dlq, enc, extra)
 
 

@@ -42,6 +42,9 @@ def checked_data_fields(opened: bytes | Undecryptable) -> dict[str, Any]:
 
 
 def push_result(i: int, item_queue: str, txn: str, row: Any) -> dict[str, Any]:
+    if row["status"] == "failed":  # refused, nothing written (a full queue: broker/log/service.refused_full)
+        return {"index": i, "transaction_id": txn, "queueName": item_queue, "status": "failed",
+                "error": row["error"], "reason": row["reason"], "maxSize": row["maxSize"]}
     return {
         "index": i,
         "message_id": str(row["message_id"]),

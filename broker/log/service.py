@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
+import orjson
 
 from broker import limits, metering
 from broker.auth import Principal
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("queen.log")
 
 ENCRYPTION_RACE = "QN001"
+QUEUE_FULL = "QN002"  # queen_push_guard: a destination queue's maxSize would be exceeded (nothing written)
 FLAG_TTL_S = 10.0
 LISTEN_SLACK_S = 10.0
 # Group commit (broker/log/coalesce.py): requests of at most COALESCE_REQUEST_ITEMS items share a call;
@@ -129,28 +131,47 @@ class LogService:
 
     async def _push_alone(self, principal: Principal, items: list[PushItem]) -> list[dict[str, Any]]:
         """One request's push in one statement (its own transaction); re-sealed and retried when a
-        queue's encryption setting changed under the cached view."""
+        queue's encryption setting changed under the cached view. The items of a queue whose maxSize
+        the push would exceed answer ``failed`` (``queue_full``) and the rest is pushed again without
+        them (a second statement only in that case)."""
         pool = self.b.require_pool()
         tenant = principal.tenant
-        queues = {it.queue for it in items}
         ids = [uuid7() for _ in items]
-        for attempt in range(3):
+        full: dict[str, dict[str, Any]] = {}
+        todo, todo_ids = items, ids
+        fresh = False
+        for _ in range(3 + len({it.queue for it in items})):
+            queues = {it.queue for it in todo}
             async with pool.acquire() as conn:
-                encrypting = await self._encrypting(conn, tenant, queues, fresh=attempt > 0)
-                sealed = self._seal(tenant, items, encrypting)
+                encrypting = await self._encrypting(conn, tenant, queues, fresh=fresh)
+                sealed = self._seal(tenant, todo, encrypting)
                 try:
                     # One statement, its own transaction: push + metering of what was queued (the SQL side
                     # of metering.record) - no BEGIN/COMMIT round trips.
-                    rows = await self.write(conn, tenant, items, sealed, ids, queues - encrypting,
-                                            [principal.sub] * len(items), meter_period_s=metering.period_seconds())
+                    rows = await self.write(conn, tenant, todo, sealed, todo_ids, queues - encrypting,
+                                            [principal.sub] * len(todo), meter_period_s=metering.period_seconds())
                 except asyncpg.PostgresError as exc:
-                    if getattr(exc, "sqlstate", None) == ENCRYPTION_RACE:
+                    state = getattr(exc, "sqlstate", None)
+                    if state == ENCRYPTION_RACE:
                         for q in queues:
                             self.forget(tenant, q)
+                        fresh = True
                         continue
-                    raise
+                    if state == QUEUE_FULL:
+                        full.update(queues_full(exc))
+                        kept = [(it, mid) for it, mid in zip(items, ids, strict=True) if it.queue not in full]
+                        todo, todo_ids = [it for it, _ in kept], [mid for _, mid in kept]
+                        if todo:
+                            continue
+                        rows = []
+                    else:
+                        raise
             MESSAGES_PUSHED.labels("push").inc(sum(1 for r in rows if r["status"] == "queued"))
-            return rows
+            if not full:
+                return rows
+            done = iter(rows)
+            return [refused_full(it, mid, full[it.queue]) if it.queue in full else next(done)
+                    for it, mid in zip(items, ids, strict=True)]
         raise Unavailable("queue_reconfigured", "the queue's encryption setting kept changing during the push; retry")
 
     async def _push_group(self, tenant: str, jobs: list[tuple[Principal, list[PushItem]]]) -> list[Any]:
@@ -435,6 +456,23 @@ class LogService:
         until = render.ts(max(r["lease_until"] for r in rows))
         return {"leaseId": lease_id, "success": True, "renewed": len(rows), "newExpiresAt": until, "expiresAt": until,
                 "lease_expires_at": until}
+
+
+def queues_full(exc: asyncpg.PostgresError) -> dict[str, dict[str, Any]]:
+    """The full queues a QN002 names (queen_push_guard's DETAIL: [{queue, maxSize, backlog, items}])."""
+    return {f["queue"]: f for f in orjson.loads(getattr(exc, "detail", None) or "[]")}
+
+
+def queue_full_error(f: dict[str, Any]) -> str:
+    return (f"queue_full: queue {f['queue']!r} holds {f['backlog']} unconsumed messages of its maxSize "
+            f"{f['maxSize']}; this push of {f['items']} would exceed it")
+
+
+def refused_full(it: PushItem, mid: uuid.UUID, f: dict[str, Any]) -> dict[str, Any]:
+    """A push item refused because its queue is full: status ``failed`` with the reason (the official
+    client raises with ``error``, or hands the item to its error callback)."""
+    return {"status": "failed", "error": queue_full_error(f), "reason": "queue_full", "maxSize": f["maxSize"],
+            "message_id": None, "partition_id": None, "seq": None, "txn": it.txn or str(mid)}
 
 
 def default_group(group: str | None) -> str:

@@ -7,6 +7,7 @@ connection. Any refusal rolls everything back:
   - an ack the log refuses (bad or expired lease, unknown message), or a ``requiredLeases`` entry
     that is not live: HTTP 200 ``{"success": false, "error": <prose>, "reason": <id>,
     "failedIndex": <flat index or null>, "results": []}`` (the official client raises on it);
+  - a push to a queue whose maxSize it would exceed: the same shape, reason ``queue_full``;
   - a rider's ``RiderAbort(body)``: HTTP 200 with that body (e.g. a lost required KV precondition);
   - malformed input: 400 before anything runs.
 """
@@ -25,7 +26,7 @@ from broker.errors import BadRequest, Unavailable
 from broker.ids import uuid7
 from broker.log import parse
 from broker.log.parse import AckItem, PushItem
-from broker.log.service import ENCRYPTION_RACE, LogService
+from broker.log.service import ENCRYPTION_RACE, QUEUE_FULL, LogService, queue_full_error, queues_full
 from broker.metrics import MESSAGES_PUSHED
 from broker.store.pool import Conn
 from broker.store.queries import Q
@@ -117,11 +118,20 @@ async def run(b: Broker, svc: LogService, principal: Principal, bundle: Bundle) 
     except asyncpg.PostgresError as exc:
         if getattr(exc, "sqlstate", None) == ENCRYPTION_RACE:
             raise Unavailable("queue_reconfigured", "a destination queue's encryption changed during the transaction; retry") from None
+        if getattr(exc, "sqlstate", None) == QUEUE_FULL:
+            return _queue_full(bundle, queues_full(exc))
         raise
     queued = sum(1 for r in results if r.get("type") == "push" and r.get("status") == "queued")
     if queued:
         MESSAGES_PUSHED.labels("transaction").inc(queued)
     return {"success": True, "transactionId": str(uuid7()), "results": results}
+
+
+def _queue_full(bundle: Bundle, full: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """A push of the transaction would exceed a queue's maxSize: all or nothing, so nothing ran."""
+    flat = next(i for i, (kind, n) in enumerate(bundle.layout) if kind == "push" and bundle.pushes[n].queue in full)
+    f = full[bundle.pushes[bundle.layout[flat][1]].queue]
+    return {"success": False, "error": queue_full_error(f), "reason": "queue_full", "failedIndex": flat, "results": []}
 
 
 async def _apply(b: Broker, svc: LogService, principal: Principal, bundle: Bundle, conn: Conn) -> list[dict[str, Any]]:

@@ -8,7 +8,8 @@ Answers (docs/protocol.md §11, read from the official client's streams runtime)
     "push_results", "ack_result"}`` once committed; an ack the log refuses (lease not held, unknown
     message, count beyond the lease) is 200 ``{"success": false, "error": <prose>, "reason":
     "lease_invalid" | "ack_refused", ...}`` with nothing applied (the client raises on
-    ``success: false``). A replay of a committed cycle (its ack's message is already done) applies
+    ``success: false``); so is a sink push that would pass its queue's ``maxSize`` (reason
+    ``queue_full``, as the transaction route answers it). A replay of a committed cycle (its ack's message is already done) applies
     nothing again and answers ``success: true, duplicate: true``.
   - state get: ``{"success": true, "rows": [{"key", "value", "updated_at"}]}``.
 An unknown ``query_id`` (or another tenant's) is 404 ``stream_query_not_found``.
@@ -25,7 +26,7 @@ from broker.auth import Principal
 from broker.errors import Conflict, NotFound, Unavailable
 from broker.ids import uuid7
 from broker.log import render
-from broker.log.service import ENCRYPTION_RACE, LogService
+from broker.log.service import ENCRYPTION_RACE, QUEUE_FULL, LogService, queue_full_error, queues_full
 from broker.metrics import MESSAGES_ACKED, MESSAGES_PUSHED
 from broker.store.queries import Q
 from broker.streams.parse import Cycle, Registration, StateQuery
@@ -113,6 +114,8 @@ async def cycle(b: Broker, svc: LogService, principal: Principal, c: Cycle) -> d
                     raise _not_found(c.query_id) from None
                 if state == ACK_DISAGREED:
                     return _refusal(c, "ack_refused", str(exc))
+                if state == QUEUE_FULL:  # a sink's maxSize: nothing of the cycle was applied
+                    return _refusal(c, "queue_full", queue_full_error(next(iter(queues_full(exc).values()))))
                 if state == ENCRYPTION_RACE:
                     for q in queues:
                         svc.forget(tenant, q)

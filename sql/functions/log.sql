@@ -307,6 +307,10 @@ $$;
 -- if none) and whose seq is the milliseconds until then: a long poll also wakes then.
 -- Cursors for partitions the group has not seen yet are created only when the queue's partition_count
 -- exceeds the group's cursor_count (no per-pop search otherwise); rows go out with RETURN NEXT.
+-- Queue options (queue_options.sql): windowBuffer skips a partition pushed to in the last window_s;
+-- delayedProcessing and retryDelay hold a message (and, offsets being in order, those after it) until
+-- it is due, and an empty answer's hint then includes that instant; maxWaitTimeSeconds files a message
+-- that waited longer as a dead letter ('max_wait_exceeded', kind 'expired') instead of delivering it.
 -- deadline_at is the message's absolute deadline (NULL without one), handed to the consumer so it can
 -- check it again right before its side effect (docs/queued-call-deadlines.md §4).
 -- CREATE OR REPLACE cannot change a function's result columns, so any earlier queen_pop is dropped first.
@@ -342,8 +346,11 @@ DECLARE
     v_any     boolean := false;
     v_cursors integer;
     v_new     integer;
+    v_gated   boolean;
+    v_held    boolean;
 BEGIN
-    SELECT qq.lease_time_s, qq.retry_limit, qq.dlq_enabled, qq.partition_count INTO q
+    SELECT qq.lease_time_s, qq.retry_limit, qq.dlq_enabled, qq.partition_count, qq.delay_s, qq.window_s,
+           qq.retry_delay_ms, qq.max_wait_s INTO q
     FROM queen_queues qq WHERE qq.tenant = p_tenant AND qq.name = p_queue;
     IF NOT FOUND THEN
         RETURN QUERY SELECT 'idle'::text, NULL::uuid, NULL::text, NULL::bigint, NULL::uuid, NULL::text,
@@ -352,6 +359,8 @@ BEGIN
         RETURN;
     END IF;
     v_until := CASE WHEN p_auto_ack THEN NULL ELSE now() + q.lease_time_s * interval '1 second' END;
+    -- delayedProcessing / retryDelay: a partition's head may not be servable yet (queen_head_ready_at).
+    v_gated := q.delay_s > 0 OR q.retry_delay_ms > 0;
 
     SELECT g.subscribed_at, g.cursor_count INTO v_sub, v_cursors FROM queen_groups g
     WHERE g.tenant = p_tenant AND g.queue = p_queue AND g.consumer_group = p_group;
@@ -396,6 +405,9 @@ BEGIN
           AND (p_partition IS NULL OR p.name = p_partition)
           AND p.next_seq - 1 > cu.acked_seq
           AND (cu.lease_until IS NULL OR cu.lease_until <= now())
+          AND (q.window_s = 0 OR p.last_push_at IS NULL OR p.last_push_at <= now() - q.window_s * interval '1 second')
+          AND (NOT v_gated OR coalesce(queen_head_ready_at(p_tenant, cu.partition_id, p_group, cu.acked_seq, q.delay_s,
+                                                           q.retry_delay_ms), now()) <= now())
         ORDER BY cu.claimed_at NULLS FIRST
         LIMIT greatest(p_max_partitions, 1)
         FOR UPDATE OF cu SKIP LOCKED
@@ -403,22 +415,28 @@ BEGIN
         EXIT WHEN v_left <= 0;
         -- A lease that ran out is a failed delivery of everything it covered that is not done.
         IF c.old_lease IS NOT NULL AND c.lease_end_seq IS NOT NULL AND c.lease_end_seq > c.acked_seq THEN
-            INSERT INTO queen_msg_state AS s (tenant, partition_id, consumer_group, seq, failures, last_error)
-            SELECT p_tenant, c.pid, p_group, g, 1, 'lease_expired'
+            INSERT INTO queen_msg_state AS s (tenant, partition_id, consumer_group, seq, failures, last_error, retry_at)
+            SELECT p_tenant, c.pid, p_group, g, 1, 'lease_expired', queen_retry_at(q.retry_delay_ms)
             FROM generate_series(c.acked_seq + 1, c.lease_end_seq) AS g
             ON CONFLICT (tenant, partition_id, consumer_group, seq)
-            DO UPDATE SET failures = s.failures + 1, last_error = 'lease_expired' WHERE NOT s.acked;
+            DO UPDATE SET failures = s.failures + 1, last_error = 'lease_expired', retry_at = excluded.retry_at
+            WHERE NOT s.acked;
         END IF;
 
         v_given := 0;
         v_last := NULL;
         v_from := c.acked_seq;
+        v_held := false;
         LOOP
             v_picked := 0;
             FOR m IN
                 SELECT mm.seq, mm.id, mm.txn, mm.trace_id, mm.payload, mm.codec, mm.key_id, mm.producer_sub,
                        mm.created_at, mm.deadline_at, (mm.deadline_at IS NOT NULL AND mm.deadline_at <= now()) AS expired,
-                       coalesce(st.failures, 0) AS failures
+                       coalesce(st.failures, 0) AS failures,
+                       (q.max_wait_s > 0 AND mm.created_at <= now() - q.max_wait_s * interval '1 second') AS waited_out,
+                       (v_gated AND coalesce(
+                           (q.delay_s > 0 AND mm.created_at > now() - q.delay_s * interval '1 second')
+                           OR (q.retry_delay_ms > 0 AND st.retry_at > now()), false)) AS not_yet
                 FROM queen_messages mm
                 LEFT JOIN queen_msg_state st ON st.tenant = p_tenant AND st.partition_id = mm.partition_id
                                             AND st.consumer_group = p_group AND st.seq = mm.seq
@@ -427,17 +445,23 @@ BEGIN
                 ORDER BY mm.seq
                 LIMIT v_left
             LOOP
+                -- Delivery is in offset order: a message not servable yet holds back the rest.
+                IF m.not_yet THEN
+                    v_held := true;
+                    EXIT;
+                END IF;
                 v_picked := v_picked + 1;
                 v_last := m.seq;
-                IF m.expired OR m.failures > q.retry_limit THEN
-                    IF m.expired OR q.dlq_enabled THEN
+                IF m.expired OR m.waited_out OR m.failures > q.retry_limit THEN
+                    IF m.expired OR m.waited_out OR q.dlq_enabled THEN
                         PERFORM queen_dlq_file(p_tenant, c.pid, p_group, m.seq,
-                            CASE WHEN m.expired THEN 'deadline_exceeded' ELSE 'retries_exhausted' END, m.failures);
+                            CASE WHEN m.expired THEN 'deadline_exceeded' WHEN m.waited_out THEN 'max_wait_exceeded'
+                                 ELSE 'retries_exhausted' END, m.failures);
                     END IF;
                     INSERT INTO queen_msg_state AS s (tenant, partition_id, consumer_group, seq, acked)
                     VALUES (p_tenant, c.pid, p_group, m.seq, true)
                     ON CONFLICT (tenant, partition_id, consumer_group, seq) DO UPDATE SET acked = true;
-                    kind := CASE WHEN m.expired THEN 'expired' ELSE 'exhausted' END;
+                    kind := CASE WHEN m.expired OR m.waited_out THEN 'expired' ELSE 'exhausted' END;
                     partition_id := c.pid; partition := c.name; seq := m.seq; id := m.id; txn := m.txn;
                     trace_id := NULL; payload := NULL; codec := NULL; key_id := NULL; producer_sub := NULL;
                     created_at := m.created_at; attempt := m.failures + 1; lease_id := NULL; lease_until := NULL;
@@ -455,7 +479,7 @@ BEGIN
                 END IF;
             END LOOP;
             -- Stop when something was handed out, or the partition has nothing more.
-            EXIT WHEN v_given > 0 OR v_picked = 0 OR v_left <= 0;
+            EXIT WHEN v_given > 0 OR v_picked = 0 OR v_left <= 0 OR v_held;
             v_from := v_last;
         END LOOP;
 
@@ -489,6 +513,10 @@ BEGIN
         WHERE cu.tenant = p_tenant AND cu.queue = p_queue AND cu.consumer_group = p_group
           AND (p_partition IS NULL OR p.name = p_partition)
           AND p.next_seq - 1 > cu.acked_seq AND cu.lease_until > now();
+        IF v_gated OR q.window_s > 0 THEN
+            v_until := least(v_until, queen_pop_ready_at(p_tenant, p_queue, p_partition, p_group, q.delay_s,
+                                                         q.window_s, q.retry_delay_ms));
+        END IF;
         RETURN QUERY SELECT 'idle'::text, NULL::uuid, NULL::text,
             ceil(extract(epoch FROM v_until - now()) * 1000)::bigint, NULL::uuid, NULL::text,
             NULL::uuid, NULL::bytea, NULL::smallint, NULL::text, NULL::text, NULL::timestamptz, NULL::integer,
@@ -527,7 +555,7 @@ BEGIN
     FOR UPDATE;
 
     FOR r IN
-        SELECT u.i::integer AS i, u.st, u.err, u.lease, m.seq, qq.retry_limit, qq.dlq_enabled,
+        SELECT u.i::integer AS i, u.st, u.err, u.lease, m.seq, qq.retry_limit, qq.dlq_enabled, qq.retry_delay_ms,
                cu.partition_id AS pid, cu.consumer_group AS grp, cu.acked_seq, cu.lease_id, cu.lease_until,
                cu.lease_end_seq, coalesce(st.acked, false) AS side_acked, coalesce(st.failures, 0) AS failures
         FROM unnest(p_pids, p_txns, p_statuses, p_leases, p_groups, p_errors)
@@ -579,10 +607,10 @@ BEGIN
             v_dp := v_dp || r.pid; v_dg := v_dg || r.grp::text; v_ds := v_ds || r.seq;
             RETURN QUERY SELECT r.i, true, NULL::text, true;
         ELSE
-            INSERT INTO queen_msg_state AS s (tenant, partition_id, consumer_group, seq, failures, last_error)
-            VALUES (p_tenant, r.pid, r.grp, r.seq, 1, r.err)
+            INSERT INTO queen_msg_state AS s (tenant, partition_id, consumer_group, seq, failures, last_error, retry_at)
+            VALUES (p_tenant, r.pid, r.grp, r.seq, 1, r.err, queen_retry_at(r.retry_delay_ms))
             ON CONFLICT (tenant, partition_id, consumer_group, seq)
-            DO UPDATE SET failures = s.failures + 1, last_error = excluded.last_error
+            DO UPDATE SET failures = s.failures + 1, last_error = excluded.last_error, retry_at = excluded.retry_at
             RETURNING s.failures INTO v_fail;
             IF v_fail > r.retry_limit THEN
                 IF r.dlq_enabled THEN
@@ -614,9 +642,10 @@ END
 $$;
 
 -- queen_push for the HTTP edge: p_plain names the queues whose payloads the caller did NOT encrypt
--- (it believed they do not encrypt at rest). If one of them encrypts now (configure raced the
--- caller's cached view), refuse with SQLSTATE QN001 so the caller re-seals and retries: nothing is
--- ever stored in clear text for a queue that encrypts.
+-- (it believed they do not encrypt at rest). queen_push_guard (queue_options.sql) refuses first: with
+-- SQLSTATE QN001 if one of them encrypts now (configure raced the caller's cached view; the caller
+-- re-seals and retries: nothing is ever stored in clear text for a queue that encrypts), with QN002
+-- if a destination queue's maxSize would be exceeded.
 CREATE OR REPLACE FUNCTION queen_push_checked(
     p_tenant text, p_plain text[], p_queues text[], p_partitions text[], p_ids uuid[], p_txns text[],
     p_traces uuid[], p_payloads bytea[], p_codecs smallint[], p_key_ids text[], p_subs text[],
@@ -624,9 +653,9 @@ CREATE OR REPLACE FUNCTION queen_push_checked(
 ) RETURNS TABLE (idx integer, status text, message_id uuid, partition_id uuid, seq bigint)
 LANGUAGE plpgsql AS $$
 BEGIN
-    IF EXISTS (SELECT 1 FROM queen_queues q
-               WHERE q.tenant = p_tenant AND q.name = ANY (p_plain) AND q.encryption_enabled) THEN
-        RAISE EXCEPTION 'a destination queue encrypts at rest' USING ERRCODE = 'QN001';
+    IF EXISTS (SELECT 1 FROM queen_queues q WHERE q.tenant = p_tenant AND (q.encryption_enabled OR q.max_size > 0)
+               AND q.name = ANY (CASE WHEN p_queues[1] = ALL (p_queues) THEN p_queues[1:1] ELSE p_queues END)) THEN
+        PERFORM queen_push_guard(p_tenant, p_plain, p_queues);  -- queue_options.sql: encryption race, maxSize
     END IF;
     RETURN QUERY SELECT * FROM queen_push(p_tenant, p_queues, p_partitions, p_ids, p_txns, p_traces,
                                           p_payloads, p_codecs, p_key_ids, p_subs, p_deadline_ms);
@@ -749,10 +778,10 @@ BEGIN
 END
 $$;
 
--- The HTTP push in ONE statement: the encryption check of queen_push_checked, queen_push, and the
+-- The HTTP push in ONE statement: the admission checks of queen_push_checked, queen_push, and the
 -- metering of the messages queued (queen_meter, the function metering.record calls) all run in the
 -- statement's own transaction. Before, a push was BEGIN, queen_push_checked, queen_meter, COMMIT: four
--- round trips where one does. Same rows as queen_push; SQLSTATE QN001 as queen_push_checked.
+-- round trips where one does. Same rows as queen_push; SQLSTATE QN001/QN002 as queen_push_checked.
 CREATE OR REPLACE FUNCTION queen_push_edge(
     p_tenant text, p_period_s integer, p_plain text[], p_queues text[], p_partitions text[], p_ids uuid[],
     p_txns text[], p_traces uuid[], p_payloads bytea[], p_codecs smallint[], p_key_ids text[], p_subs text[],
@@ -762,10 +791,9 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_queued bigint := 0;
 BEGIN
-    IF cardinality(p_plain) > 0 AND EXISTS (
-        SELECT 1 FROM queen_queues q
-        WHERE q.tenant = p_tenant AND q.name = ANY (p_plain) AND q.encryption_enabled) THEN
-        RAISE EXCEPTION 'a destination queue encrypts at rest' USING ERRCODE = 'QN001';
+    IF EXISTS (SELECT 1 FROM queen_queues q WHERE q.tenant = p_tenant AND (q.encryption_enabled OR q.max_size > 0)
+               AND q.name = ANY (CASE WHEN p_queues[1] = ALL (p_queues) THEN p_queues[1:1] ELSE p_queues END)) THEN
+        PERFORM queen_push_guard(p_tenant, p_plain, p_queues);  -- queue_options.sql: encryption race, maxSize
     END IF;
     FOR idx, status, message_id, partition_id, seq IN
         SELECT r.idx, r.status, r.message_id, r.partition_id, r.seq

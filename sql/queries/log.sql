@@ -162,9 +162,10 @@ JOIN queen_partitions p ON p.tenant = m.tenant AND p.id = m.partition_id
 WHERE m.tenant = $1 AND m.partition_id = $2 AND m.txn = $3;
 
 -- name: log_queues_by_namespace
+-- In the order a namespace/task pop tries them: higher priority first (the queue option), then by name.
 SELECT q.name FROM queen_queues q
 WHERE q.tenant = $1 AND ($2::text IS NULL OR q.namespace = $2) AND ($3::text IS NULL OR q.task = $3)
-ORDER BY q.name
+ORDER BY q.priority DESC, q.name
 LIMIT 1000;
 
 -- name: log_listen
