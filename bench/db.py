@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import tempfile
 import uuid
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import asyncpg
@@ -21,3 +27,20 @@ async def new_migrated_db(server_dsn: str, prefix: str) -> str:
     dsn = urlsplit(server_dsn)._replace(path="/" + name).geturl()
     await migrate.apply_url(dsn)
     return dsn
+
+
+def run_on_a_server(main: Callable[[str], Coroutine[Any, Any, None]], prefix: str) -> None:
+    """Run ``main(server_dsn)`` against QUEEN_BENCH_DATABASE_URL / QUEEN_TEST_DATABASE_URL, or an embedded
+    PostgreSQL in a fresh temporary directory (stopped afterwards)."""
+    server = os.environ.get("QUEEN_BENCH_DATABASE_URL") or os.environ.get("QUEEN_TEST_DATABASE_URL")
+    emb = None
+    if not server:
+        from broker.store import embedded
+
+        emb = embedded.start(Path(tempfile.mkdtemp(prefix=prefix)))
+        server = emb.dsn()
+    try:
+        asyncio.run(main(server))
+    finally:
+        if emb is not None:
+            emb.stop()

@@ -140,6 +140,9 @@ class Settings:
     kv_max_ops: int = 256
     kv_prune_interval_ms: int = 5_000
     kv_prune_batch: int = 1_000
+    # --- ephemeral queues
+    ephemeral_expiry_interval_ms: int = 5_000
+    ephemeral_idle_s: int = 3_600
     # --- message log
     pop_default_batch: int = 200
     lease_extend_s: int = 60
@@ -199,6 +202,8 @@ class Settings:
             kv_max_ops=_int(env, "QUEEN_KV_MAX_OPS_PER_CALL", 256, 1, 10_000),
             kv_prune_interval_ms=_int(env, "QUEEN_KV_PRUNE_INTERVAL_MS", 5_000, 10),
             kv_prune_batch=_int(env, "QUEEN_KV_PRUNE_BATCH", 1_000, 1),
+            ephemeral_expiry_interval_ms=_int(env, "QUEEN_EPHEMERAL_EXPIRY_INTERVAL_MS", 5_000, 10),
+            ephemeral_idle_s=_int(env, "QUEEN_EPHEMERAL_IDLE_S", 3_600, 1),
             pop_default_batch=_int(env, "QUEEN_POP_DEFAULT_BATCH", 200, 1, 10_000),
             lease_extend_s=_int(env, "QUEEN_LEASE_EXTEND_S", 60, 1),
             log_retention_interval_ms=_int(env, "QUEEN_LOG_RETENTION_INTERVAL_MS", 5_000, 10),

@@ -32,3 +32,23 @@ def uuid7() -> uuid.UUID:
     value |= 0b10 << 62  # RFC 4122 variant
     value |= rand & ((1 << 62) - 1)  # rand_b, 62 bits
     return uuid.UUID(int=value)
+
+
+# Partition ids (queen_partition_id in sql/functions/log.sql): a partition number n in a version-8
+# UUID, 00000000-0000-8000 then n with its top two bits replaced by the variant (10). The framed pop
+# answer carries a partition as that u64; a client sends it back as a decimal string.
+_PARTITION_HEAD = bytes(6) + b"\x80\x00"
+PARTITION_NUMBER_MAX = (1 << 62) - 1
+
+
+def partition_uuid(number: int) -> uuid.UUID:
+    """The id of partition ``number`` (1..PARTITION_NUMBER_MAX)."""
+    return uuid.UUID(bytes=_PARTITION_HEAD + (number | (1 << 63)).to_bytes(8, "big"))
+
+
+def partition_number(pid: uuid.UUID) -> int | None:
+    """The number inside a partition id, or None for an id that carries none (made before numbering)."""
+    raw = pid.bytes
+    if raw[:8] != _PARTITION_HEAD or raw[8] & 0xC0 != 0x80:
+        return None
+    return int.from_bytes(raw[8:], "big") & PARTITION_NUMBER_MAX

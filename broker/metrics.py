@@ -26,6 +26,9 @@ HTTP_LATENCY = Histogram(
 MESSAGES_PUSHED = Counter("queen_messages_pushed_total", "Messages written to the log (push, transaction, timer fire, stream cycle)", ["source"])
 MESSAGES_POPPED = Counter("queen_messages_popped_total", "Messages handed to consumers")
 MESSAGES_EXPIRED = Counter("queen_messages_expired_total", "Messages whose deadline passed before a pop; moved to the DLQ")
+EPHEMERAL_MESSAGES = Counter("queen_ephemeral_messages_total",
+                             "Ephemeral queue messages by operation: pushed, dropped (to make room), expired (by the "
+                             "expiry loop), popped, and ack outcomes (acked, redelivered, stale, unknown)", ["op"])
 MESSAGES_ACKED = Counter("queen_messages_acked_total", "Acknowledgements by status", ["status"])
 COALESCED_JOBS = Histogram(
     "queen_coalesced_requests", "Requests answered by one shared database call (group commit), by kind", ["kind"],

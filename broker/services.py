@@ -7,10 +7,11 @@ Lifecycle (River's maintenance-service shape, driven by ``broker.app``):
 
 - ``start(broker)``: once boot has finished (migrations applied, pool open), subscribe the services to
   their NOTIFY channels and start the supervised loops (``broker.loops``), in this order:
-  ``listen`` (the LISTEN connection), ``limits-refresh``, ``kv-pruner``, ``log-retention``, ``sweeper``
+  ``listen`` (the LISTEN connection), ``limits-refresh``, ``kv-pruner``, ``log-retention``,
+  ``ephemeral-expiry``, ``sweeper``
   (unless ``QUEEN_SWEEPER_ENABLED=0``). ``/health`` lists them under ``loops``.
 - ``shutdown(broker)``: aiohttp's on_shutdown, before it waits for in-flight requests: the worker is
-  draining and the long polls answer 204 now.
+  draining and the long polls (the log's and the ephemeral queues') answer now.
 - ``stop(broker)``: at drain, before the loops are cancelled and the pool is closed: the sweeper stops
   claiming and hands its claims back, then the long-poll waiters are woken. Each step is bounded by
   ``QUEEN_DRAIN_TIMEOUT_S``.
@@ -25,6 +26,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from broker import limits, metering, riders
+from broker.ephemeral import CHANNEL as EPH_CHANNEL
+from broker.ephemeral.service import EphemeralService, expiry_loop
 from broker.kv import pruner
 from broker.kv.rider import RIDER as KV_RIDER
 from broker.limits import LimitsCache
@@ -44,6 +47,7 @@ log = logging.getLogger("queen.services")
 @dataclass
 class Services:
     log: LogService
+    ephemeral: EphemeralService
     limits: LimitsCache
     riders: dict[str, riders.Rider]
     sweeper: Sweeper | None  # None when QUEEN_SWEEPER_ENABLED=0
@@ -56,6 +60,7 @@ def build(b: Broker) -> Services:
     metering.configure(s)
     services = Services(
         log=LogService(b),
+        ephemeral=EphemeralService(b),
         limits=LimitsCache(s),
         riders=riders.registry(KV_RIDER, TIMERS_RIDER),
         sweeper=Sweeper(b.dsn, SweeperConfig.from_settings(s), b.codec) if s.sweeper_enabled else None,
@@ -80,7 +85,10 @@ async def start(b: Broker) -> None:
 
     notifier.subscribe(LOG_CHANNEL, svc.log.waiters.notify)
     notifier.on_reconnect(svc.log.waiters.wake_all)
+    notifier.subscribe(EPH_CHANNEL, svc.ephemeral.waiters.notify)
+    notifier.on_reconnect(svc.ephemeral.waiters.wake_all)
     b.loops.start("log-retention", lambda: retention.run(b.require_pool, b.settings))
+    b.loops.start("ephemeral-expiry", lambda: expiry_loop(b.require_pool, b.settings))
 
     if svc.sweeper is not None:
         notifier.subscribe(TIMERS_CHANNEL, svc.sweeper.notify)
@@ -92,6 +100,7 @@ async def shutdown(b: Broker) -> None:
     """aiohttp on_shutdown (before in-flight requests are awaited): long polls answer 204 now."""
     b.draining = True
     b.services.log.waiters.wake_all()
+    b.services.ephemeral.waiters.wake_all()
 
 
 async def _bounded(b: Broker, step: Awaitable[None], what: str) -> None:
@@ -103,6 +112,7 @@ async def _bounded(b: Broker, step: Awaitable[None], what: str) -> None:
 
 async def _wake_waiters(b: Broker) -> None:
     b.services.log.waiters.wake_all()
+    b.services.ephemeral.waiters.wake_all()
 
 
 async def stop(b: Broker) -> None:

@@ -20,6 +20,7 @@ Sources:
          edges the target states (horizon, max payload) are read from GET /api/v1/usage.
   XB   = the README's "Multiple brokers on one database": contracts that need two --url of one deployment
          (NOT VERIFIED with one).
+  EPH  = docs/protocol.md §6: the ephemeral queues (/api/v1/ephemeral/*).
 
 ``queen conformance --list`` prints every id with its sentence and the tests that check it.
 """
@@ -38,6 +39,7 @@ class C:
 
 TR = "docs/timer-routes.md"
 ML = "README / Message log"
+E6 = "docs/protocol.md §6"
 
 CONTRACTS: tuple[C, ...] = (
     # ---------------------------------------------------------------- timer spec: The routes
@@ -364,8 +366,34 @@ CONTRACTS: tuple[C, ...] = (
       "A new group without subscription parameters starts at the oldest message (mode all)."),
     C("LOG-POP-PARTITION-ROUTE", f"{ML} table / docs/protocol.md §2.4",
       "GET /api/v1/pop/queue/{q}/partition/{p} pops only partition p."),
-    C("LOG-POP-CONFLATION-REFUSED", f"{ML} / Pop",
-      "conflation=true is refused: 400 conflation_unsupported."),
+    # LOG-POP-CONFLATION-REFUSED is retired: conflation is served (LOG-POP-CONFLATION*).
+    C("LOG-POP-CONFLATION", f"{ML} / Pop / docs/protocol.md §2.4",
+      "A pop with conflation=true of a consumer group delivers, per claimed partition, only the newest message, "
+      "retires the ones behind it for that group (other groups still read them) and echoes \"conflation\": true."),
+    C("LOG-POP-CONFLATION-ECHO-EMPTY", "docs/protocol.md §2.4",
+      "An empty answer to a conflating pop is 200 with \"conflation\": true, never a bodiless 204."),
+    C("LOG-POP-CONFLATION-STORED", "docs/protocol.md §2.4",
+      "Conflation is stored with the group at its first pop and wins: a consumer of a conflating group that "
+      "does not ask still gets last-value delivery and the echo; one that asks for a group stored without it "
+      "gets ordinary delivery and \"conflationConflict\": true."),
+    C("LOG-POP-CONFLATION-REFUSALS", "docs/protocol.md §2.4",
+      "conflation=true without a consumerGroup, or with autoAck=true, is a 400 in the envelope."),
+    C("LOG-PUSH-BINARY", "docs/protocol.md §1.9",
+      "POST /api/v1/push with Content-Type application/x-queen-push and a QPB1 body stores the items in order "
+      "and answers 201 with one result per item, as the JSON body does (a repeated transaction id is a duplicate "
+      "of the first message)."),
+    C("LOG-PUSH-BINARY-FRAMES", "docs/protocol.md §1.9",
+      "A QPB1 body with flag 8 (zstd groups of stored-message frames) keeps the client's message ids: the push "
+      "answer and the popped messages carry them."),
+    C("LOG-PUSH-BINARY-MALFORMED", "docs/protocol.md §1.9",
+      "A binary push body that does not parse whole (wrong magic, unknown flags, truncated, a length or count past "
+      "the end, trailing bytes, a payload that is not JSON) is a 400 in the envelope and stores nothing."),
+    C("LOG-TX-BINARY", "docs/protocol.md §1.10",
+      "POST /api/v1/transaction with a QTB1 body applies the head's operations and the groups' pushes in one "
+      "transaction; results list the head's operations first, then the pushed messages in wire order."),
+    C("LOG-POP-FRAMED", "docs/protocol.md §1.11",
+      "A pop with frames=true answers the QPF1 framed form (or JSON); decoded, it is the JSON answer with "
+      "partitionId as a decimal number, and that number acknowledges the message like the UUID."),
     # ---------------------------------------------------------------- message log: ack and leases (README, protocol §2.5/§2.7)
     C("LOG-ACK-PER-ITEM", f"{ML} table / docs/protocol.md §2.5",
       "POST /api/v1/ack and /ack/batch answer 200 with an array, one {success, error, dlq} per item in order; "
@@ -692,6 +720,54 @@ CONTRACTS: tuple[C, ...] = (
     C("STR-MALFORMED", "docs/protocol.md §11",
       "A malformed registration, cycle or state read (missing or mistyped fields, an unknown op type, an "
       "ack status other than completed) is 400 in the envelope and changes nothing."),
+    # ---------------------------------------------------------------- ephemeral queues (docs/protocol.md §6)
+    C("EPH-CONFIGURE", E6,
+      "POST /api/v1/ephemeral/configure answers the declaration with every effective option (the ones not "
+      "given take their defaults); an unknown option, or a value out of its range, is 400 and declares "
+      "nothing (depth stays 404)."),
+    C("EPH-PUSH-POP-SHAPE", E6,
+      "A push answers 201 {pushed: n}; a pop answers 200 {queue, messages: [{id, partition, payload, "
+      "attempts}]}, FIFO per partition, payloads as pushed, attempts 1 on a first delivery, and an empty "
+      "list (never 204) when there is nothing."),
+    C("EPH-POLICY-REJECT", E6,
+      "At maxLength or maxBytes, a queue whose policy is reject refuses the push with 429 and Retry-After, "
+      "and nothing of that push is stored (all or nothing); consuming makes room again."),
+    C("EPH-POLICY-DROP-OLDEST", E6,
+      "A queue whose policy is dropOldest accepts the push and drops the oldest messages to stay within "
+      "its bounds; the drops are counted in the queue's gauges."),
+    C("EPH-ACK-OUTCOMES", E6,
+      "An ack answers one {id, outcome} per id in order: acked for a held delivery; unknown for one settled "
+      "already; redelivered for status retry/failed with attempts left, the message coming back with "
+      "attempts + 1."),
+    C("EPH-LEASE-REDELIVERY", E6,
+      "An unacked message is not handed to another consumer of the group while its lease lives, and is "
+      "redelivered with attempts + 1 once leaseSeconds have passed; the ack of the old delivery is then "
+      "unknown."),
+    C("EPH-RETRY-LIMIT", E6,
+      "Once a message has been delivered retryLimit + 1 times and its last lease runs out (or its last "
+      "delivery is nacked) it is dropped, never delivered again, and counted."),
+    C("EPH-TTL", E6,
+      "A message older than the queue's ttlSeconds is never delivered."),
+    C("EPH-GROUPS", E6,
+      "Each group has its own cursor (two groups each get every message); autoAck commits at delivery (no "
+      "lease, no redelivery); two consumers of one group never receive the same message under a live lease."),
+    C("EPH-WAIT-WOKEN", E6,
+      "A waiting pop (wait=true) on an empty queue answers as soon as a push arrives, well before its "
+      "timeout, and answers an empty list at its timeout."),
+    C("EPH-RESET", E6,
+      "reset answers {dropped: n}, empties the queue and keeps the declaration; reset of a missing queue "
+      "answers dropped: 0; the queue list shows the tenant's queues with their tier; depth of a missing "
+      "queue is 404 with code ephemeral_queue_not_found."),
+    C("EPH-DELETE", E6,
+      "DELETE /api/v1/ephemeral/queue/{queue} (admin grant, like the log's queue delete) answers "
+      "{deleted: true} for a queue, removing its declaration (depth is then 404 ephemeral_queue_not_found), "
+      "and {deleted: false} for a missing one."),
+    C("EPH-TENANT-ISOLATION", E6,
+      "Another tenant sees nothing of a tenant's ephemeral queue: not in its list, 404 on depth, an empty "
+      "pop, and its ack of the tenant's ids settles nothing."),
+    C("XB-EPH-WAKE", "README / Multiple brokers on one database",
+      "A push to an ephemeral queue through one broker wakes a waiting ephemeral pop on another broker of "
+      "the deployment within seconds, and a message pushed through one is popped through the other."),
 )
 
 BY_ID: dict[str, C] = {c.id: c for c in CONTRACTS}
@@ -747,7 +823,7 @@ INFORMATIVE_LOG: tuple[tuple[str, str], ...] = (
      "on the operator's own tenant)"),
     ("partitions (how many partitions one pop may claim, default 1, all under one leaseId)",
      "not yet catalogued: a multi-partition pop's shared lease"),
-    ("other unknown parameters (autopilot, frames, ...) are ignored", "tolerance, not a promise a client relies on"),
+    ("other unknown parameters (autopilot, ...) are ignored", "tolerance, not a promise a client relies on"),
     ("... (queen_messages_expired_total) ...", "metric names: the metrics surface is not part of the wire contract"),
     ("One queen_push call per request; offsets are gapless per partition and commit in offset order.",
      "implementation; the visible part (FIFO) is LOG-POP-FIFO"),

@@ -129,6 +129,33 @@ class Api:
         self.tenant = tenant
         self.sub = sub
 
+    # ----------------------------------------------------------------- ephemeral queues (§6)
+    def eph_configure(self, queue: str, **options: Any) -> httpx.Response:
+        return self.http.post("/api/v1/ephemeral/configure", json={"queue": queue, "options": options})
+
+    def eph_push(self, queue: str, payloads: list[Any], partition: str | None = None) -> httpx.Response:
+        body: dict[str, Any] = {"queue": queue, "messages": [{"payload": p} for p in payloads]}
+        if partition is not None:
+            body["partition"] = partition
+        return self.http.post("/api/v1/ephemeral/push", json=body)
+
+    def eph_pop(self, queue: str, timeout_s: float = 30, **params: Any) -> list[dict[str, Any]]:
+        """The messages of one pop (asserting the 200 answer's shape)."""
+        data = expect(self.http.get("/api/v1/ephemeral/pop", params={"queue": queue, **params}, timeout=timeout_s), 200)
+        assert isinstance(data, dict) and data.get("queue") == queue and isinstance(data.get("messages"), list), data
+        return data["messages"]
+
+    def eph_ack(self, queue: str, acks: list[dict[str, Any]], group: str | None = None) -> list[str]:
+        """The outcomes of one ack call, in order (asserting one result per id)."""
+        body: dict[str, Any] = {"queue": queue, "acks": acks, **({"group": group} if group else {})}
+        data = expect(self.http.post("/api/v1/ephemeral/ack", json=body), 200)
+        results = data["results"]
+        assert [r["id"] for r in results] == [a["id"] for a in acks], data
+        return [r["outcome"] for r in results]
+
+    def eph_depth(self, queue: str) -> httpx.Response:
+        return self.http.get(f"/api/v1/ephemeral/queues/{quote(queue, safe='')}/depth")
+
     # ----------------------------------------------------------------- timers
     def timers(self, ops: list[dict[str, Any]], **kw: Any) -> httpx.Response:
         return self.http.post(TIMERS, json={"operations": ops}, **kw)

@@ -150,6 +150,17 @@ def owned_fields_stripped(req: Req, st: dict[str, Any]) -> Req:
     return req
 
 
+def eph_nack_reads_acked(req: Req, resp: Resp, st: dict[str, Any]) -> Resp:
+    """An ephemeral ack that reports a nack's redelivery as acked (the client would drop its retry)."""
+    data = resp.json()
+    if req.path == "/api/v1/ephemeral/ack" and isinstance(data, dict) and isinstance(data.get("results"), list):
+        for r in data["results"]:
+            if isinstance(r, dict) and r.get("outcome") == "redelivered":
+                r["outcome"] = "acked"
+        resp.set_json(data)
+    return resp
+
+
 def list_limit_rejected(req: Req, st: dict[str, Any]) -> Req | Resp:
     if req.method == "GET" and _is_timer_list(req.path) and "limit" in req.query:
         try:
@@ -483,6 +494,15 @@ def pop_query_dropped(param: str) -> RequestHook:
     return hook
 
 
+def binary_body_refused(req: Req, st: dict[str, Any]) -> Req | Resp:
+    """A broker that does not know the binary bodies (docs/protocol.md §1.9): 400, as before 0014."""
+    ctype = next((v for k, v in req.headers.items() if k.lower() == "content-type"), "")
+    if req.method == "POST" and ctype.startswith("application/x-queen-push"):
+        body = {"error": "bad_request", "reason": "binary_body_unsupported", "detail": "no binary bodies here"}
+        return Resp(400, {"Content-Type": "application/json"}, json.dumps(body).encode())
+    return req
+
+
 def pop_wait_ignored(req: Req, st: dict[str, Any]) -> Req:
     if req.method == "GET" and req.path.startswith(POP) and req.query.get("wait") == "true":
         _set_query(req, {**req.query, "wait": "false"})
@@ -647,6 +667,8 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
            on_request=owned_fields_stripped),
     Mutant("list-limit-rejected", ("TMR-LIST-LIMIT-CLAMPED",), "the list limit rejected instead of clamped",
            on_request=list_limit_rejected),
+    Mutant("eph-nack-reads-acked", ("EPH-ACK-OUTCOMES", "EPH-RETRY-LIMIT"),
+           "an ephemeral nack's outcome reported as acked instead of redelivered", on_response=eph_nack_reads_acked),
     Mutant("too-late-409", ("TMR-TOO-LATE-CANCEL", "TMR-TOO-LATE-RESCHEDULE"), "too_late answered as HTTP 409",
            on_response=too_late_409),
     Mutant("retry-after-dropped", ("LIM-RATE-LIMITED", "LIM-QUOTA-EXCEEDED"), "Retry-After dropped from 429",
@@ -706,6 +728,11 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
            on_request=pop_query_dropped("consumerGroup")),
     Mutant("pop-batch-ignored", ("LOG-POP-BATCH",), "batch ignored: every pop hands out the default batch",
            on_request=pop_query_dropped("batch")),
+    Mutant("conflation-ignored", ("LOG-POP-CONFLATION", "LOG-POP-CONFLATION-ECHO-EMPTY", "LOG-POP-CONFLATION-STORED",
+                                  "LOG-POP-CONFLATION-REFUSALS"),
+           "conflation=true ignored: an ordinary pop, no echo", on_request=pop_query_dropped("conflation")),
+    Mutant("binary-body-refused", ("LOG-PUSH-BINARY", "LOG-PUSH-BINARY-FRAMES", "LOG-TX-BINARY"),
+           "the binary push and transaction bodies answered 400", on_request=binary_body_refused),
     Mutant("pop-wait-ignored", ("LOG-POP-WAIT-WOKEN", "LOG-POP-WAIT-TIMEOUT"), "wait=true answered at once",
            on_request=pop_wait_ignored),
     Mutant("ack-refusal-409", ("LOG-ACK-PER-ITEM", "LOG-ACK-WRONG-LEASE"),

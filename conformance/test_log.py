@@ -335,13 +335,6 @@ def test_pop_one_partition(api):
     assert _data(data["messages"]) == ["a1", "a2"], data
 
 
-@contract("LOG-POP-CONFLATION-REFUSED")
-def test_conflation_refused(api):
-    q = uniq("q")
-    _push(api, q, [1])
-    expect_error(api.pop_raw(q, wait=False, conflation=True, consumerGroup="g"), 400, reason="conflation_unsupported")
-
-
 # ------------------------------------------------------------------------------------------ ack and leases
 
 

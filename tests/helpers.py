@@ -329,3 +329,54 @@ class Api:
                                                           "keys": list(keys), **extra})
         assert r.status_code == 200, r.text
         return {row["key"]: row["value"] for row in r.json()["rows"]}
+
+    # -- ephemeral queues (/api/v1/ephemeral/*)
+    def eph_configure(self, queue: str, **options: Any) -> dict:
+        r = self.http.post("/api/v1/ephemeral/configure", json={"queue": queue, "options": options})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def eph_push_response(self, queue: str, payloads: Sequence[Any], partition: str | None = None) -> httpx.Response:
+        body: dict[str, Any] = {"queue": queue, "messages": [{"payload": p} for p in payloads]}
+        if partition is not None:
+            body["partition"] = partition
+        return self.http.post("/api/v1/ephemeral/push", json=body)
+
+    def eph_push(self, queue: str, payloads: Sequence[Any], partition: str | None = None) -> dict:
+        """Push ``payloads``; asserts 201 and that all of them went in."""
+        r = self.eph_push_response(queue, payloads, partition)
+        assert r.status_code == 201, r.text
+        assert r.json()["pushed"] == len(payloads), r.text
+        return r.json()
+
+    def eph_pop(self, queue: str, **params: Any) -> list[dict]:
+        """The messages of one ephemeral pop (``[]`` when none); asserts 200."""
+        r = self.http.get("/api/v1/ephemeral/pop", params={"queue": queue, **params})
+        assert r.status_code == 200, r.text
+        assert r.json()["queue"] == queue
+        return r.json()["messages"]
+
+    def eph_ack(self, queue: str, msgs: Sequence[dict | str], status: str | None = None, group: str | None = None,
+                error: str | None = None) -> list[str]:
+        """Ack ``msgs`` (popped messages or ids); the outcomes in order."""
+        acks = []
+        for m in msgs:
+            a: dict[str, Any] = {"id": m if isinstance(m, str) else m["id"]}
+            if status is not None:
+                a["status"] = status
+            if error is not None:
+                a["error"] = error
+            acks.append(a)
+        body: dict[str, Any] = {"queue": queue, "acks": acks}
+        if group is not None:
+            body["group"] = group
+        r = self.http.post("/api/v1/ephemeral/ack", json=body)
+        assert r.status_code == 200, r.text
+        results = r.json()["results"]
+        assert [x["id"] for x in results] == [a["id"] for a in acks]
+        return [x["outcome"] for x in results]
+
+    def eph_depth(self, queue: str) -> dict:
+        r = self.http.get(f"/api/v1/ephemeral/queues/{queue}/depth")
+        assert r.status_code == 200, r.text
+        return r.json()

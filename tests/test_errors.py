@@ -45,9 +45,9 @@ def test_wrong_content_type(http):
     assert "application/x-www-form-urlencoded" in envelope(r, 415, "unsupported_media_type", "content_type")["detail"]
     r = http.post("/api/v1/admin/ping", content=b"{}", headers={"Content-Type": "text/plain"})
     envelope(r, 415, "unsupported_media_type", "content_type")
-    # The official client's binary push format is named in the refusal, so the user knows the switch.
+    # The official client's binary push format is refused off its two routes, naming them.
     r = http.post("/api/v1/admin/ping", content=b"\x01\x02", headers={"Content-Type": "application/x-queen-push"})
-    assert "binary_push" in envelope(r, 400, "bad_request", "binary_body_unsupported")["detail"]
+    assert "/api/v1/push" in envelope(r, 400, "bad_request", "binary_body_unsupported")["detail"]
     # +json media types and a charset parameter are fine.
     r = http.post("/api/v1/admin/ping", content=b'{"x":true}', headers={"Content-Type": "application/vnd.queen+json; charset=utf-8"})
     assert r.status_code == 200 and r.json()["echo"] == {"x": True}

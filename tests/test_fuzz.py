@@ -89,12 +89,17 @@ ROUTES: list[tuple[str, str, str]] = [
     # the streams SDK (docs/protocol.md §11)
     ("POST", "/streams/v1/queries", "body"), ("POST", "/streams/v1/cycle", "body"),
     ("POST", "/streams/v1/state/get", "read"),
+    # ephemeral queues (docs/protocol.md §6)
+    ("POST", "/api/v1/ephemeral/configure", "body"), ("POST", "/api/v1/ephemeral/reset", "body"),
+    ("DELETE", "/api/v1/ephemeral/queue/{queue}", "write"), ("POST", "/api/v1/ephemeral/push", "body"),
+    ("GET", "/api/v1/ephemeral/pop", "write"), ("POST", "/api/v1/ephemeral/ack", "body"),
+    ("GET", "/api/v1/ephemeral/queues", "read"), ("GET", "/api/v1/ephemeral/queues/{queue}/depth", "read"),
     ("GET", "/api/v1/no/such/route", "read"), ("PATCH", "/api/v1/push", "read"), ("OPTIONS", "/api/v1/kv", "read"),
 ]
 
 QUERY_KEYS = ["batch", "wait", "timeout", "autoAck", "consumerGroup", "subscriptionMode", "subscriptionFrom",
               "partitions", "namespace", "task", "from", "to", "limit", "offset", "queue", "partition",
-              "ttlSeconds", "forever", "ms", "transactionId", "conflation", "after", "prefix", "tenant"]
+              "ttlSeconds", "forever", "ms", "transactionId", "conflation", "after", "prefix", "tenant", "group"]
 
 HOSTILE_STRINGS = [
     "", " ", "a" * 300, "a" * 5000, "\x00", "a\x00b", "\u0000", "\ud7ff", "\U0001f600", "é", "../../etc/passwd",
@@ -183,6 +188,8 @@ class Generator:
                               [True], {"paused": [True]}, {"sweeper": {"paused": 0}}])
         else:
             doc = self.mutate(skeleton(template, rng, tag))
+        if template in ("/api/v1/push", "/api/v1/transaction") and r < 0.3:
+            return self.binary_body(template, tag), "application/x-queen-push"
         ctype = rng.choice(["application/json"] * 6 + ["application/json; charset=utf-8", None, "text/plain",
                                                            "application/octet-stream", "application/x-queen-push",
                                                            "application/vnd.x+json", "multipart/form-data", ";;;"])
@@ -205,6 +212,41 @@ class Generator:
             return rng.choice([b"1e400", b"-1e400", b"123456789012345678901234567890", b"NaN", b"[1,]",
                                b'{"a":1}{"b":2}', b"\xef\xbb\xbf{}", b'"\\ud800"', b'{"a":"\\u0000"}']), ctype
         return json.dumps(doc, ensure_ascii=rng.random() < 0.5).encode(), ctype
+
+    def binary_body(self, template: str, tag: str) -> bytes:
+        """The client's binary push/transaction body (docs/protocol.md §1.9-1.10), most often damaged:
+        truncated, a byte flipped, a length or count made huge, junk appended, the magic changed."""
+        from queen.http.push_binary import (
+            PushBatch,
+            encode_push_binary,
+            encode_push_frames,
+            encode_transaction_frames,
+        )
+
+        rng = self.rng
+        n = rng.randrange(0, 4)
+        batch = PushBatch(f"q-{tag}", f"p-{tag}", [json.dumps(self.value()).encode() for _ in range(n)],
+                          [rng.choice(["", f"t-{tag}-{i}"]) for i in range(n)])
+        if template == "/api/v1/transaction":
+            head = json.dumps(self.mutate({"operations": [], "requiredLeases": []})).encode()
+            body = bytearray(encode_transaction_frames(head, [batch], counts=rng.random() < 0.2))
+        else:
+            body = bytearray(rng.choice([encode_push_binary, encode_push_frames])([batch]))
+        r = rng.random()
+        if r < 0.2 or not body:
+            return bytes(body)
+        if r < 0.4:
+            return bytes(body[:rng.randrange(0, len(body))])
+        if r < 0.55:
+            body[rng.randrange(len(body))] ^= 1 << rng.randrange(8)
+        elif r < 0.75 and len(body) > 9:
+            at = rng.randrange(5, len(body) - 3)
+            body[at:at + 4] = rng.choice([b"\xff\xff\xff\xff", b"\x00\x00\x00\x80", b"\x10\x27\x00\x00"])
+        elif r < 0.85:
+            body += rng.randbytes(rng.randrange(1, 40))
+        else:
+            body[:5] = rng.choice([b"QPB1\xff", b"QTB1\x00", b"QPB1\x01", b"QPF1\x01", b"\x00\x00\x00\x00\x00"])
+        return bytes(body)
 
     def path_param(self, name: str, tag: str) -> str:
         rng = self.rng
@@ -268,6 +310,7 @@ FIELD_NAMES = ["queue", "partition", "payload", "items", "operations", "op", "ns
                "transactionId", "partitionId", "leaseId", "consumerGroup", "status", "acknowledgments", "options",
                "delayMs", "timerKey", "txn", "ttlSeconds", "forever", "expect", "delta", "tenant", "traceId",
                "deadlineMs", "requiredLeases", "kv", "timers", "echo", "prefix", "limit", "after", "error",
+               "messages", "acks", "id", "group", "maxLength", "maxBytes", "policy", "windowBuffer",
                "name", "source_queue", "sink_queue", "config_hash", "reset", "query_id", "partition_id",
                "consumer_group", "state_ops", "push_items", "ack", "count", "release_lease", "key_prefix",
                "ripe_at_or_before"]
@@ -312,6 +355,11 @@ def skeleton(template: str, rng: random.Random, tag: str) -> object:
                               "release_lease": rng.random() < 0.5},
         "/streams/v1/state/get": {"query_id": str(uuid.uuid4()), "partition_id": pid, "keys": ["a", f"k-{tag}"],
                                   "key_prefix": "k", "ripe_at_or_before": 1000},
+        "/api/v1/ephemeral/configure": {"queue": q, "options": {"maxLength": 5, "policy": "dropOldest",
+                                                                "windowBuffer": {"ms": 10, "count": 2}}},
+        "/api/v1/ephemeral/reset": {"queue": q},
+        "/api/v1/ephemeral/push": {"queue": q, "partition": f"p-{tag}", "messages": [{"payload": {"n": tag}}]},
+        "/api/v1/ephemeral/ack": {"queue": q, "group": f"g-{tag}", "acks": [{"id": "x.1.1", "status": "retry"}]},
     }.get(template, {"x": 1})
 
 
@@ -429,6 +477,7 @@ def fuzz_broker(start_broker):
         # the loops stay quiet, so a refused request is the only thing that could change a table
         "QUEEN_SWEEPER_ENABLED": "0", "QUEEN_KV_PRUNE_INTERVAL_MS": "3600000",
         "QUEEN_LOG_RETENTION_INTERVAL_MS": "3600000", "QUEEN_LIMITS_REFRESH_MS": "3600000",
+        "QUEEN_EPHEMERAL_EXPIRY_INTERVAL_MS": "3600000",
     })
 
 
@@ -595,5 +644,19 @@ if given is not None:
         for call in calls:
             try:
                 call()
+            except ApiError:
+                pass
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(raw=st.binary(max_size=300), magic=st.sampled_from([b"", b"QPB1", b"QTB1"]),
+           flags=st.integers(min_value=0, max_value=255))
+    def test_binary_decoders_raise_only_api_errors(raw, magic, flags):
+        from broker.errors import ApiError
+        from broker.http import binary
+
+        body = magic + bytes([flags]) + raw if magic else raw
+        for decode in (binary.decode_push, binary.decode_transaction):
+            try:
+                decode(body, max_payload=1 << 20)
             except ApiError:
                 pass

@@ -35,14 +35,14 @@ def test_pop_shape_fifo_and_batch(api):
 def test_default_batch_and_unknown_params_ignored(api):
     q = uniq("defb")
     api.push(q, list(range(250)))
-    ans = api.pop(q, autopilot="true", frames="true", somethingNew="1")
+    ans = api.pop(q, autopilot="true", somethingNew="1")
     assert len(ans["messages"]) == 200
 
 
 def test_bad_pop_params_are_400(http):
     q = uniq("badp")
     for params in ({"batch": "abc"}, {"timeout": "x"}, {"wait": "maybe"}, {"subscriptionMode": "latest"},
-                   {"subscriptionFrom": "yesterday"}, {"conflation": "true", "consumerGroup": "g"}):
+                   {"subscriptionFrom": "yesterday"}, {"conflation": "true"}, {"frames": "maybe"}):
         r = http.get(f"/api/v1/pop/queue/{q}", params=params)
         assert r.status_code == 400, params
         assert r.json()["reason"]

@@ -184,6 +184,20 @@ def test_partial_ack_without_release_holds_the_partition_until_the_lease_ends(ap
     assert api.get("/api/v1/dlq", params={"queue": src}).json()["total"] == 0
 
 
+def test_a_framed_pops_partition_number_names_the_same_partition(api):
+    """A client reading framed pops sends the partition back as its decimal number (docs/protocol.md §1.11)."""
+    from broker.ids import partition_number
+
+    src = uniq("src")
+    qid = api.stream_query(uniq("sq"), src)
+    ans = _leased(api, src, 2)
+    number = partition_number(uuid.UUID(ans["partitionId"]))
+    assert number is not None
+    body = api.cycle(qid, str(number), state_ops=[{"type": "upsert", "key": "k", "value": 1}], ack=_ack_of(ans)).json()
+    assert body["success"] is True and body["ack_result"]["acked"] == 2, body
+    assert api.state(qid, ans["partitionId"]) == {"k": 1} == api.state(qid, str(number))
+
+
 def test_flush_cycle_without_ack_applies_state_and_pushes(api):
     src, sink = uniq("src"), uniq("sink")
     qid = api.stream_query(uniq("sq"), src, sink_queue=sink)

@@ -12,6 +12,7 @@ from broker.http import (
     admin_timers,
     console,
     consumer_groups,
+    ephemeral,
     health,
     kv,
     messages,
@@ -32,3 +33,4 @@ ROUTE_MODULES = [health, metrics, admin, admin_limits, kv, usage, queues, messag
 ROUTE_MODULES += [timers, admin_timers, test_hooks, console, openapi]
 ROUTE_MODULES += [consumer_groups, monitoring, traces, reads]
 ROUTE_MODULES += [streams]
+ROUTE_MODULES += [ephemeral]

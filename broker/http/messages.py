@@ -13,6 +13,7 @@ from aiohttp import web
 from broker import limits
 from broker.context import broker, principal
 from broker.errors import BadRequest
+from broker.http import binary
 from broker.http.wire import json_response, q_bool, q_int, read_object
 from broker.log import QUEUE_MODE, catalog, parse
 from broker.log.service import LogService, PopRequest
@@ -29,6 +30,12 @@ def _svc(request: web.Request) -> LogService:
 async def push(request: web.Request) -> web.Response:
     p = principal(request)
     p.require("produce")
+    if binary.is_binary(request):  # QPB1 (docs/protocol.md §1.9): the same items, the same one call
+        raw = await request.read()
+        plan = await limits.plan_for(broker(request), p.tenant)
+        pushed = binary.decode_push(raw, max_payload=plan.max_payload_bytes)
+        results = await _svc(request).push(p, pushed.items)
+        return json_response(binary.push_counts(results) if pushed.counts else results, status=201)
     body = await read_object(request)
     extra = set(body) - {"items"}
     if extra:
@@ -40,8 +47,14 @@ async def push(request: web.Request) -> web.Response:
 
 def _pop_request(request: web.Request, queue: str, partition: str | None) -> PopRequest:
     b = broker(request)
-    if q_bool(request, "conflation", False):
-        raise BadRequest("conflation_unsupported", "this broker does not conflate; pop without conflation=true")
+    conflation = q_bool(request, "conflation", False)
+    group = request.query.get("consumerGroup") or QUEUE_MODE
+    auto_ack = q_bool(request, "autoAck", False)
+    if conflation and group == QUEUE_MODE:
+        raise BadRequest("conflation_needs_group", "conflation is a consumer group's policy: pop with consumerGroup")
+    if conflation and auto_ack:
+        raise BadRequest("conflation_with_auto_ack", "conflation cannot be combined with autoAck (commit at delivery)")
+    q_bool(request, "frames", False)  # validated here; read by the answer (binary.wants_frames)
     mode = request.query.get("subscriptionMode") or None
     if mode is not None and mode not in ("all", "new"):
         raise BadRequest("bad_query", "subscriptionMode must be 'all' or 'new'")
@@ -51,24 +64,28 @@ def _pop_request(request: web.Request, queue: str, partition: str | None) -> Pop
         sub_from = parse.timestamp(raw_from, "subscriptionFrom")
     if raw_from == "now":
         mode = "new"
-    group = request.query.get("consumerGroup") or QUEUE_MODE
     return PopRequest(
         queue=queue,
         partition=partition,
         group=parse.name(group, "consumerGroup"),
         batch=q_int(request, "batch", b.settings.pop_default_batch, lo=1, hi=MAX_BATCH, clamp=True),
         partitions=q_int(request, "partitions", 1, lo=1, hi=MAX_PARTITIONS, clamp=True),
-        auto_ack=q_bool(request, "autoAck", False),
+        auto_ack=auto_ack,
         sub_mode=mode,
         sub_from=sub_from,
         wait=q_bool(request, "wait", False),
         timeout_ms=q_int(request, "timeout", 30_000, lo=0, hi=MAX_TIMEOUT_MS, clamp=True),
+        conflation=conflation,
     )
 
 
-def _pop_answer(answer: dict | None) -> web.Response:
+def _pop_answer(request: web.Request, answer: dict | None) -> web.Response:
     if answer is None:
         return web.Response(status=204)
+    if binary.wants_frames(request):  # QPF1 (docs/protocol.md §1.11); an answer it cannot carry stays JSON
+        framed = binary.encode_pop(answer)
+        if framed is not None:
+            return web.Response(body=framed, content_type=binary.POP_TYPE)
     return json_response(answer)
 
 
@@ -80,7 +97,7 @@ async def pop_queue(request: web.Request) -> web.Response:
     if partition is not None:
         partition = parse.name(partition, "partition")
     req = _pop_request(request, queue, partition)
-    return _pop_answer(await _svc(request).pop(p, req))
+    return _pop_answer(request, await _svc(request).pop(p, req))
 
 
 async def pop_by_namespace(request: web.Request) -> web.Response:
@@ -93,8 +110,8 @@ async def pop_by_namespace(request: web.Request) -> web.Response:
     req = _pop_request(request, "", None)  # validate the parameters before the lookup can answer 204
     queues = await catalog.queues_by_namespace(broker(request), p.tenant, ns, task)
     if not queues:
-        return web.Response(status=204)
-    return _pop_answer(await _svc(request).pop(p, dataclasses.replace(req, queue=queues[0]), queues))
+        return _pop_answer(request, LogService.empty_answer(req, {}))
+    return _pop_answer(request, await _svc(request).pop(p, dataclasses.replace(req, queue=queues[0]), queues))
 
 
 async def ack(request: web.Request) -> web.Response:
@@ -168,10 +185,7 @@ async def message_retry(request: web.Request) -> web.Response:
 
 
 def _address(request: web.Request) -> tuple[uuid.UUID, str]:
-    try:
-        pid = uuid.UUID(request.match_info["pid"])
-    except ValueError:
-        raise BadRequest("bad_uuid", "the partition id is not a UUID") from None
+    pid = parse.partition_id(request.match_info["pid"], "the partition id")
     return pid, parse.txn_id(request.match_info["txn"], "transactionId")
 
 

@@ -12,8 +12,6 @@ Reads: any principal of the tenant.
 
 from __future__ import annotations
 
-import uuid
-
 import orjson
 from aiohttp import web
 
@@ -32,7 +30,7 @@ def _event(body: dict) -> traces.TraceEvent:
     for key in body:
         if key not in TRACE_KEYS:
             raise BadRequest("unknown_field", f"{key!r} is not a trace field", extra={"field": key})
-    pid = parse.parse_uuid(body.get("partitionId"), "partitionId")
+    pid = parse.partition_id(body.get("partitionId"), "partitionId")
     txn = parse.txn_id(body.get("transactionId"), "transactionId")
     group = parse.name(body.get("consumerGroup") or QUEUE_MODE, "consumerGroup")
     raw_names = body.get("traceNames")
@@ -59,10 +57,7 @@ async def record(request: web.Request) -> web.Response:
 
 
 async def for_message(request: web.Request) -> web.Response:
-    try:
-        pid = uuid.UUID(request.match_info["pid"])
-    except ValueError:
-        raise BadRequest("bad_uuid", "the partition id is not a UUID") from None
+    pid = parse.partition_id(request.match_info["pid"], "the partition id")
     txn = parse.txn_id(request.match_info["txn"], "transactionId")
     return json_response(await traces.for_message(broker(request), principal(request).tenant, pid, txn))
 

@@ -79,7 +79,7 @@ async def read_json(request: web.Request, *, allow_empty: bool = False, code: st
         if ctype == "application/x-queen-push":
             raise BadRequest(
                 "binary_body_unsupported",
-                "this broker does not accept the binary push body; turn binary_push off in the client",
+                "only POST /api/v1/push and /api/v1/transaction take the binary body (application/x-queen-push)",
                 code=code,
             )
         got = repr(ctype) if ctype else "no Content-Type"

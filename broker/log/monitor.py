@@ -60,15 +60,18 @@ async def depth(b: Any, tenant: str, queue: str, group: str | None) -> dict[str,
         if await conn.fetchrow(Q.log_queue_get, tenant, queue) is None:
             raise queue_not_found(queue)
         rows = await conn.fetch(Q.mon_depth, tenant, queue, group)
+        # a per-group policy: false when no group is named (docs/protocol.md §2.4)
+        conflating = bool(group and await conn.fetchval(Q.mon_group_conflation, tenant, queue, group))
     pending = sum(int(r["pending"]) for r in rows)
+    owing = sum(1 for r in rows if r["pending"] > 0)
     return {
         "queue": queue,
         "group": group,
         "pending": pending,
-        "partitionsPending": sum(1 for r in rows if r["pending"] > 0),
-        # this broker does not conflate (a conflating pop is refused), so work depth = log depth
-        "conflation": False,
-        "effectivePending": pending,
+        "partitionsPending": owing,
+        "conflation": conflating,
+        # work depth: a conflating group runs its handler once per partition that owes work
+        "effectivePending": owing if conflating else pending,
         "partitions": [{"partition": r["name"], "pending": int(r["pending"])} for r in rows],
     }
 

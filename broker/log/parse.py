@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 
 from broker.errors import BadRequest, PayloadTooLarge
+from broker.ids import PARTITION_NUMBER_MAX, partition_uuid
 from broker.log import QUEUE_MODE
 
 MAX_NAME = 256
@@ -47,6 +48,7 @@ class PushItem:
     txn: str | None
     trace: uuid.UUID | None
     deadline_ms: int | None
+    message_id: uuid.UUID | None = None  # minted by the client (binary push with frames), else by us
 
 
 @dataclass(frozen=True)
@@ -161,6 +163,17 @@ def parse_uuid(value: Any, what: str) -> uuid.UUID:
         raise BadRequest("bad_uuid", f"{what}={value!r} is not a UUID") from None
 
 
+def partition_id(value: Any, what: str) -> uuid.UUID:
+    """A partition id as a client sends it back: the UUID of a JSON answer, or the decimal number a
+    framed pop answer carries (docs/protocol.md §1.11), which names the same partition."""
+    if isinstance(value, str) and value.isdigit() and len(value) <= 19 and value.isascii():
+        number = int(value)
+        if 1 <= number <= PARTITION_NUMBER_MAX:
+            return partition_uuid(number)
+        raise BadRequest("bad_uuid", f"{what}={value!r} is not a partition number")
+    return parse_uuid(value, what)
+
+
 def maybe_uuid(value: Any) -> uuid.UUID | None:
     if not isinstance(value, str) or not value:
         return None
@@ -230,7 +243,7 @@ def ack_item(raw: Any, where: str, default_group: str | None, memo: dict[Any, An
     raw_pid = raw.get("partitionId")
     pid = memo.get(raw_pid) if isinstance(raw_pid, str) else None
     if pid is None:
-        pid = parse_uuid(raw_pid, f"{where}.partitionId")
+        pid = partition_id(raw_pid, f"{where}.partitionId")
         memo[raw_pid] = pid
     status = raw.get("status", "completed")
     if status is True:

@@ -60,6 +60,12 @@ class PopRequest:
     sub_from: datetime | None
     wait: bool
     timeout_ms: int
+    conflation: bool = False  # declared by the consumer; the group's stored policy wins (§2.4)
+
+
+def _ids(items: list[PushItem]) -> list[uuid.UUID]:
+    """Message ids: the client's (a binary push with frames mints them) or fresh ones."""
+    return [it.message_id or uuid7() for it in items]
 
 
 class LogService:
@@ -136,7 +142,7 @@ class LogService:
         them (a second statement only in that case)."""
         pool = self.b.require_pool()
         tenant = principal.tenant
-        ids = [uuid7() for _ in items]
+        ids = _ids(items)
         full: dict[str, dict[str, Any]] = {}
         todo, todo_ids = items, ids
         fresh = False
@@ -186,7 +192,7 @@ class LogService:
         items = [it for _, its in jobs for it in its]
         subs = [p.sub for p, its in jobs for _ in its]
         queues = {it.queue for it in items}
-        ids = [uuid7() for _ in items]
+        ids = _ids(items)
         try:
             async with self.b.require_pool().acquire() as conn:
                 encrypting = await self._encrypting(conn, tenant, queues, fresh=False)
@@ -250,7 +256,7 @@ class LogService:
         queues = {it.queue for it in items}
         encrypting = await self._encrypting(conn, principal.tenant, queues, fresh=True)
         sealed = self._seal(principal.tenant, items, encrypting)
-        return await self.write(conn, principal.tenant, items, sealed, [uuid7() for _ in items], queues - encrypting,
+        return await self.write(conn, principal.tenant, items, sealed, _ids(items), queues - encrypting,
                                 [principal.sub] * len(items))
 
     # ---- pop
@@ -264,22 +270,23 @@ class LogService:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + req.timeout_ms / 1000
         woken_at: float | None = None  # when a notify woke the previous wait, for queen_pop_wake_seconds
+        echo: dict[str, bool] = {}  # the conflation echo of the queues looked at (§2.4)
         while True:
             ev = self.waiters.register(keys) if req.wait else None
             try:
                 hint_s: float | None = None
                 for q in targets:
-                    answer, hint = await self._pop_once(pool, principal, req, q)
+                    answer, hint = await self._pop_once(pool, principal, req, q, echo)
                     if answer is not None:
                         self.waiters.observe_wake(woken_at)
                         return answer
                     if hint is not None:
                         hint_s = hint if hint_s is None else min(hint_s, hint)
                 if ev is None or self.b.draining:
-                    return None
+                    return self.empty_answer(req, echo)
                 remaining = deadline - loop.time()
                 if remaining <= 0:
-                    return None
+                    return self.empty_answer(req, echo)
                 if await self._ensure_listening(pool, principal.tenant, targets, remaining):
                     continue  # registered just now: look once more before sleeping (closes the race)
                 if hint_s is not None:
@@ -289,10 +296,29 @@ class LogService:
                 except TimeoutError:
                     pass
                 if self.b.draining:
-                    return None
+                    return self.empty_answer(req, echo)
             finally:
                 if ev is not None:
                     woken_at = self.waiters.unregister(keys, ev)
+
+    @staticmethod
+    def empty_answer(req: PopRequest, echo: dict[str, bool]) -> dict[str, Any] | None:
+        """Nothing to deliver: no body (204), except for a pop that asked for conflation, whose every
+        answer carries the echo (the client refuses one without it)."""
+        if not req.conflation:
+            return None
+        return {"success": True, "messages": [], **(echo or {"conflation": True})}
+
+    @staticmethod
+    def _echo(req: PopRequest, stored: bool | None) -> dict[str, bool]:
+        """``conflation: true`` when the group conflates; ``conflationConflict: true`` when this consumer
+        asked for it and the group's stored policy says no (stored wins). A group not registered yet
+        gets what was asked."""
+        if stored is None:
+            stored = req.conflation
+        if stored:
+            return {"conflation": True}
+        return {"conflationConflict": True} if req.conflation else {}
 
     async def _ensure_listening(self, pool: asyncpg.Pool, tenant: str, queues: list[str], remaining: float) -> bool:
         """Make sure pushes to these queues NOTIFY for at least ``remaining`` seconds (queen_listeners);
@@ -308,13 +334,15 @@ class LogService:
                 self._listening[(tenant, q)] = now + hold - 1.0
         return True
 
-    async def _pop_once(self, pool: asyncpg.Pool, principal: Principal, req: PopRequest, queue: str) -> tuple[dict[str, Any] | None, float | None]:
+    async def _pop_once(self, pool: asyncpg.Pool, principal: Principal, req: PopRequest, queue: str,
+                        echo: dict[str, bool]) -> tuple[dict[str, Any] | None, float | None]:
         tenant = principal.tenant
         async with pool.acquire() as conn:
             rows = await conn.fetch(
                 Q.log_pop, tenant, queue, req.partition, req.group, req.batch, req.partitions, req.auto_ack,
-                req.sub_mode, req.sub_from,
+                req.sub_mode, req.sub_from, req.conflation,
             )
+        stored: bool | None = None
         msgs: list[dict[str, Any]] = []
         claimed: dict[uuid.UUID, str] = {}
         lease: uuid.UUID | None = None
@@ -349,10 +377,14 @@ class LogService:
                 msgs.append(msg)
             elif kind == "expired":
                 expired += 1
+            elif kind == "conflation":
+                stored = bool(r["seq"])
             elif kind == "idle" and r["seq"] is not None:
                 hint = max(0.0, r["seq"] / 1000)
         if expired:
             MESSAGES_EXPIRED.inc(expired)
+        policy = self._echo(req, stored) if req.conflation or stored else {}
+        echo.update(policy)
         if not msgs:
             return None, hint
         MESSAGES_POPPED.inc(len(msgs))
@@ -367,6 +399,7 @@ class LogService:
             "consumerGroup": req.group,
             "partitionsClaimed": len(claimed),
             "messages": msgs,
+            **policy,
         }, None
 
     # ---- ack

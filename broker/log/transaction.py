@@ -103,6 +103,16 @@ def parse_bundle(body: dict[str, Any], principal: Principal, b: Broker, max_payl
     return bundle
 
 
+def add_pushes(bundle: Bundle, items: list[PushItem], principal: Principal) -> None:
+    """Append pushed items after the bundle's operations (a binary transaction's groups: their results
+    follow the head's operations, before the riders')."""
+    if items:
+        principal.require("produce")
+    for it in items:
+        bundle.layout.append(("push", len(bundle.pushes)))
+        bundle.pushes.append(it)
+
+
 async def run(b: Broker, svc: LogService, principal: Principal, bundle: Bundle) -> dict[str, Any]:
     if bundle.pushes:
         await limits.admit(b, principal, "push", len(bundle.pushes))

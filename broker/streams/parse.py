@@ -107,7 +107,9 @@ def registration(body: dict[str, Any]) -> Registration:
 
 
 def _target(body: dict[str, Any]) -> tuple[uuid.UUID, uuid.UUID]:
-    return parse.parse_uuid(body.get("query_id"), "query_id"), parse.parse_uuid(body.get("partition_id"), "partition_id")
+    """The query id, and the source partition's id as the pop answer gave it (a UUID, or the decimal
+    number of a framed pop answer, which names the same partition)."""
+    return parse.parse_uuid(body.get("query_id"), "query_id"), parse.partition_id(body.get("partition_id"), "partition_id")
 
 
 def _ack(raw: Any) -> Ack | None:

@@ -3,6 +3,19 @@
 -- Re-applied at boot when any function file changes (README, "Schema and upgrades"): CREATE OR
 -- REPLACE statements only; tables, indexes and data belong in forward-only migrations.
 
+-- A new partition's id: the next queen_partition_numbers value n inside a version-8 UUID,
+-- 00000000-0000-8000-(n with its top two bits set to the variant 10), so the number travels as the
+-- u64 of a framed pop answer and comes back as a decimal string (broker/ids.py partition_uuid).
+-- (plpgsql: its body names the sequence of migration 0014, and these files are applied after earlier
+-- migrations too, where a LANGUAGE sql body would be checked against a schema without it.)
+CREATE OR REPLACE FUNCTION queen_partition_id() RETURNS uuid LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    h text := lpad(to_hex(nextval('queen_partition_numbers') | x'8000000000000000'::bigint), 16, '0');
+BEGIN
+    RETURN ('00000000-0000-8000-' || substr(h, 1, 4) || '-' || substr(h, 5, 12))::uuid;
+END
+$$;
+
 -- queen_push: write a batch of messages in one statement. Every writer of the log (push, transaction,
 -- timer fire) goes through it.
 --
@@ -74,7 +87,7 @@ BEGIN
                 INSERT INTO queen_queues (tenant, name) VALUES (p_tenant, v_q) ON CONFLICT DO NOTHING;
             END IF;
             INSERT INTO queen_partitions (tenant, id, queue, name)
-            VALUES (p_tenant, gen_random_uuid(), v_q, v_p)
+            VALUES (p_tenant, queen_partition_id(), v_q, v_p)
             ON CONFLICT (tenant, queue, name) DO NOTHING;
             GET DIAGNOSTICS v_new = ROW_COUNT;
             IF v_new > 0 THEN
@@ -136,7 +149,7 @@ BEGIN
     ON CONFLICT DO NOTHING;
 
     INSERT INTO queen_partitions (tenant, id, queue, name)
-    SELECT p_tenant, gen_random_uuid(), d.q, d.p
+    SELECT p_tenant, queen_partition_id(), d.q, d.p
     FROM (SELECT DISTINCT x.q, x.p FROM unnest(p_queues, p_partitions) AS x(q, p)) d
     WHERE NOT EXISTS (SELECT 1 FROM queen_partitions qp
                       WHERE qp.tenant = p_tenant AND qp.queue = d.q AND qp.name = d.p)
@@ -298,6 +311,29 @@ LANGUAGE sql AS $$
     WHERE m.tenant = p_tenant AND m.partition_id = p_pid AND m.seq = p_seq;
 $$;
 
+-- Conflation, a consumer group's last-value delivery (docs/protocol.md §2.4): retire everything of
+-- the partition behind its newest message for the group (the cursor moves to the offset before it,
+-- and the side-table rows it passes go). Called by queen_pop on a claimed partition of a conflating
+-- group; returns the group's cursor.
+CREATE OR REPLACE FUNCTION queen_conflate(p_tenant text, p_pid uuid, p_group text) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_to    bigint;
+    v_acked bigint;
+BEGIN
+    SELECT p.next_seq - 2 INTO v_to FROM queen_partitions p WHERE p.tenant = p_tenant AND p.id = p_pid;
+    UPDATE queen_cursors c SET acked_seq = v_to
+    WHERE c.tenant = p_tenant AND c.partition_id = p_pid AND c.consumer_group = p_group AND c.acked_seq < v_to;
+    IF FOUND THEN
+        DELETE FROM queen_msg_state s
+        WHERE s.tenant = p_tenant AND s.partition_id = p_pid AND s.consumer_group = p_group AND s.seq <= v_to;
+    END IF;
+    SELECT c.acked_seq INTO v_acked FROM queen_cursors c
+    WHERE c.tenant = p_tenant AND c.partition_id = p_pid AND c.consumer_group = p_group;
+    RETURN v_acked;
+END
+$$;
+
 -- Pop: claim up to p_max_partitions partitions of a queue for a group (SKIP LOCKED, least recently
 -- claimed first), hand out up to p_batch messages in offset order under ONE lease, and never hand
 -- out a message whose deadline has passed or whose retry budget is spent: those are filed in the DLQ
@@ -325,7 +361,7 @@ END
 $$;
 CREATE OR REPLACE FUNCTION queen_pop(
     p_tenant text, p_queue text, p_partition text, p_group text, p_batch integer, p_max_partitions integer,
-    p_auto_ack boolean, p_sub_mode text, p_sub_from timestamptz
+    p_auto_ack boolean, p_sub_mode text, p_sub_from timestamptz, p_conflation boolean DEFAULT false
 ) RETURNS TABLE (kind text, partition_id uuid, partition text, seq bigint, id uuid, txn text, trace_id uuid,
                  payload bytea, codec smallint, key_id text, producer_sub text, created_at timestamptz,
                  attempt integer, lease_id uuid, lease_until timestamptz, deadline_at timestamptz)
@@ -348,6 +384,7 @@ DECLARE
     v_new     integer;
     v_gated   boolean;
     v_held    boolean;
+    v_conf    boolean;
 BEGIN
     SELECT qq.lease_time_s, qq.retry_limit, qq.dlq_enabled, qq.partition_count, qq.delay_s, qq.window_s,
            qq.retry_delay_ms, qq.max_wait_s INTO q
@@ -362,15 +399,18 @@ BEGIN
     -- delayedProcessing / retryDelay: a partition's head may not be servable yet (queen_head_ready_at).
     v_gated := q.delay_s > 0 OR q.retry_delay_ms > 0;
 
-    SELECT g.subscribed_at, g.cursor_count INTO v_sub, v_cursors FROM queen_groups g
+    SELECT g.subscribed_at, g.cursor_count, g.conflation INTO v_sub, v_cursors, v_conf FROM queen_groups g
     WHERE g.tenant = p_tenant AND g.queue = p_queue AND g.consumer_group = p_group;
     IF NOT FOUND THEN
         v_sub := CASE WHEN p_sub_from IS NOT NULL THEN p_sub_from
                       WHEN p_sub_mode = 'new' THEN now() END;
-        INSERT INTO queen_groups (tenant, queue, consumer_group, subscribed_at)
-        VALUES (p_tenant, p_queue, p_group, v_sub) ON CONFLICT DO NOTHING;
-        SELECT g.subscribed_at, g.cursor_count INTO v_sub, v_cursors FROM queen_groups g
+        INSERT INTO queen_groups (tenant, queue, consumer_group, subscribed_at, conflation)
+        VALUES (p_tenant, p_queue, p_group, v_sub, coalesce(p_conflation, false)) ON CONFLICT DO NOTHING;
+        SELECT g.subscribed_at, g.cursor_count, g.conflation INTO v_sub, v_cursors, v_conf FROM queen_groups g
         WHERE g.tenant = p_tenant AND g.queue = p_queue AND g.consumer_group = p_group;
+    END IF;
+    IF v_conf OR p_conflation THEN  -- the group's stored policy, echoed in the answer (seq 1 = conflating)
+        kind := 'conflation'; seq := v_conf::integer; RETURN NEXT; kind := NULL; seq := NULL;
     END IF;
 
     -- A cursor for every partition this group has not seen yet, starting where its subscription does.
@@ -423,6 +463,9 @@ BEGIN
             WHERE NOT s.acked;
         END IF;
 
+        IF v_conf THEN
+            c.acked_seq := queen_conflate(p_tenant, c.pid, p_group);
+        END IF;
         v_given := 0;
         v_last := NULL;
         v_from := c.acked_seq;

@@ -15,7 +15,7 @@ FROM queen_push_edge($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13);
 -- name: log_pop
 SELECT kind, partition_id, partition, seq, id, txn, trace_id, payload, codec, key_id, producer_sub,
        created_at, attempt, lease_id, lease_until, deadline_at
-FROM queen_pop($1, $2, $3, $4, $5, $6, $7, $8, $9);
+FROM queen_pop($1, $2, $3, $4, $5, $6, $7, $8, $9, $10);
 
 -- name: log_ack
 SELECT idx, success, error, dead_lettered FROM queen_ack($1, $2, $3, $4, $5, $6, $7);

@@ -114,3 +114,7 @@ SELECT * FROM (
 WHERE $7::text IS NULL OR x.status = $7
 ORDER BY x.created_at DESC, x.seq DESC
 LIMIT $4::integer OFFSET $6::integer;
+
+-- name: mon_group_conflation
+-- A consumer group's stored delivery policy (queen_groups.conflation); no row when it never popped.
+SELECT g.conflation FROM queen_groups g WHERE g.tenant = $1 AND g.queue = $2 AND g.consumer_group = $3;
