@@ -1,11 +1,12 @@
-"""The sweeper's claim + fire of 1,000 due timers, against bare SQL doing the same claim, insert and delete.
+"""The sweeper's take + fire of 1,000 due timers, against bare SQL doing the same read, insert and delete.
 
-Ours: one ``broker.sweeper.Sweeper.run_once()`` cycle: the claim statement (``queen_timers_claim``: tenant
-slices, SKIP LOCKED, lease token), packing in Python (JSON check, sealing) and the fire statement
-(``queen_timers_fire``: delete the rows still holding the token, ``queen_push`` into the log).
+Ours: one ``broker.sweeper.Sweeper.run_once()`` cycle, one transaction: the take statement
+(``queen_timers_take``: tenant slices, partition locks, nothing written), packing in Python (JSON check,
+sealing) and the fire statement (``queen_timers_fire``: delete the taken rows by ctid and message id,
+``queen_push`` into the log), then the commit.
 Baseline: bare SQL in one transaction: a DELETE .. RETURNING of the same due rows (SKIP LOCKED), then the
-same ``queen_push`` with those rows in fire order: the floor with no lease, no token, no packing and no
-second pass over the rows. Each round is
+same ``queen_push`` with those rows in fire order: the floor with no fairness, no partition locks, no
+packing and no second pass over the rows. Each round is
 seeded (not timed) with 1,000 due rows spread over 8 partitions of one queue; each test has its own
 database.
 """

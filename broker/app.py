@@ -14,6 +14,7 @@ everything, never a traceback), boot flag and authentication.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import re
 import time
@@ -138,6 +139,11 @@ async def _boot(b: Broker) -> None:
             await asyncio.sleep(min(2.0, 0.2 * attempt))
     b.notifier = Notifier(b.dsn)
     await services.start(b)
+    # Everything built at boot (modules, routes, the pool) lives as long as the worker: moved out of the
+    # collector's view, a later full collection scans only what requests allocate. Measured: a full
+    # collection of a booted worker took 36-42 ms, a stall every request of the worker waits behind.
+    gc.collect()
+    gc.freeze()
     b.ready = True
     b.boot_reason = "ready"
     log.info("worker %d ready", b.worker_index)

@@ -3,32 +3,40 @@
 Shape: ``SweeperConfig`` (from Settings) + ``Sweeper.run()`` (the supervised loop) + ``run_once()`` (one
 cycle, testable alone). Every worker runs one (started by ``broker.services``), unless ``QUEEN_SWEEPER_ENABLED=0``.
 
-One cycle, on the sweeper's own connection:
-  1. claim   ``queen_timers_claim``: up to ``QUEEN_SWEEPER_BATCH`` due rows, FOR UPDATE SKIP LOCKED,
-             stamped with a fresh claim token and ``claimed_until = now() + QUEEN_SWEEPER_LEASE_MS``;
-             every tenant with due rows gets an equal slice of the batch (at most
-             QUEEN_SWEEPER_TENANT_SLICE rows while several are due) and the walk over tenants rotates,
-             so one tenant's burst cannot starve another's timers. While claimed, a cancel
-             or reschedule answers ``too_late``.
+One cycle, on the sweeper's own connection, in ONE transaction (the transaction is the claim):
+  1. take    ``queen_timers_take``: up to ``QUEEN_SWEEPER_BATCH`` due rows, read and not written: the
+             partitions they come from are locked (transaction advisory locks) until the commit, so no
+             other sweeper takes them; every tenant with due rows gets an equal slice of the batch (at
+             most QUEEN_SWEEPER_TENANT_SLICE rows while several are due) and the walk over tenants
+             rotates, so one tenant's burst cannot starve another's timers.
   2. pack    in Python: decompress the client's zstd, check the payload is JSON, seal it in the log's
              stored format (an encrypted payload was sealed at schedule and moves untouched).
-  3. commit  ``queen_timers_fire`` in ONE transaction: delete exactly the rows still holding this
-             token and push exactly those through ``queen_push`` (message id, txn and producer sub of
-             the timer), in (queue, partition, deliverAt) order; failed rows get a backoff and, at the
-             attempt budget, a synthetic DLQ row (consumer group ``__timers__``).
+  3. fire    ``queen_timers_fire`` (no token): delete exactly the rows taken that are unchanged (same ctid
+             and message id: a row cancelled or rescheduled while it was packed is skipped) and push
+             exactly those through ``queen_push`` (message id, txn and producer sub of the timer), in
+             (queue, partition, deliverAt) order; failed rows get a backoff and, at the attempt budget,
+             a synthetic DLQ row (consumer group ``__timers__``). Then COMMIT.
+A take rewrites no row, so a burst costs one delete per timer (the former claim stamped each row first:
+four index entries per row, more than half of a cycle). A crash rolls the transaction back: the rows
+were never touched and are due again at once. A hung sweeper's open transaction is ended by the
+database after ``QUEEN_SWEEPER_LEASE_MS`` idle, at least 1 s (``idle_in_transaction_session_timeout``).
+A cancel or reschedule meets the fire only during its delete-to-commit window: it waits for the commit and then
+finds the row gone (``absent``; a reschedule then schedules anew), or, if the fire rolled back, acts on
+the row. The rows of a cycle that must hold them while nothing happens (an injected stall, the test
+hooks) are LEASED instead (``queen_timers_lease``: claim token, ``claimed_until`` from the clock at the
+stamp) and the transaction commits; while leased a cancel or reschedule answers ``too_late`` and peek
+says ``claimed``; the fire then goes by token (``queen_timers_fire``) in autocommit.
 
-Order without a leader: every sweeper claims and fires at the same time, and claims are
-partition-exclusive (``queen_timers_claim`` in ``sql/functions/timers.sql``). A claim takes due rows only
-from (tenant, queue, partition) groups no live claim holds, always a partition's earliest due rows,
-and two concurrent claims cannot both take one partition (a transaction advisory lock per partition,
-then the live-claim check in a fresh snapshot). So each claim batch holds whole partitions' due
-prefixes, fired in deliverAt order; a partition's later rows are claimable only after that fire
-committed (or the claim expired or was handed back). Different sweepers fire different partitions in
-parallel; one partition is fired by one sweeper at a time. A row that becomes due while its partition
-is claimed waits for the next cycle; a held or stalled claim blocks its own partition until its lease
-ends, nothing else. Claims of a dead sweeper expire after the lease and are fired then, once — a
-re-fire after a lost commit meets queen_push's (partition, txn) idempotency and is a duplicate, never
-a frame.
+Order without a leader: every sweeper takes and fires at the same time, and takes are
+partition-exclusive (``queen_timers_take`` in ``sql/functions/timers.sql``). A take reads due rows only
+from (tenant, queue, partition) groups no live lease holds, always a partition's earliest due rows,
+and two sweepers cannot hold one partition (a transaction advisory lock per partition, then the
+live-lease check in a fresh snapshot). So each batch holds whole partitions' due prefixes, fired in
+deliverAt order; a partition's later rows can be taken only after that fire committed (or rolled back,
+or a lease expired or was handed back). Different sweepers fire different partitions in parallel; one
+partition is fired by one sweeper at a time. A row that becomes due while its partition is held waits
+for the next cycle; a lease blocks its own partition until it ends, nothing else. A re-fire after a
+lost commit meets queen_push's (partition, txn) idempotency and is a duplicate, never a frame.
 
 Wake-ups: sleep until the earliest due instant, as computed by the database, clamped to
 [QUEEN_SWEEPER_MIN_SLEEP_MS, QUEEN_SWEEPER_MAX_SLEEP_MS]; a schedule committing a timer due sooner
@@ -40,11 +48,14 @@ Failures: a permanent one (not JSON, not zstd, an injected permanent fault, a st
 refuses for this row) spends one attempt; a transient one (SQLSTATE 40001, 40P01, 08xxx, 53xxx,
 57xxx, an injected transient fault) spends none. Both clear the claim and back off exponentially
 (``QUEEN_SWEEPER_BACKOFF_BASE_MS`` doubling up to ``..._CAP_MS``): the row is not claimed, so it can
-be cancelled. After ``QUEEN_SWEEPER_MAX_ATTEMPTS`` the row moves to its queue's DLQ.
+be cancelled. After ``QUEEN_SWEEPER_MAX_ATTEMPTS`` the row moves to its queue's DLQ. A fire of taken
+rows that the database refuses is undone inside the function (the transaction and its partition locks
+stay), and the rows at fault are then found one at a time, or backed off, in the same transaction.
 
 Only an operator stops the fire (``POST /api/v1/admin/timers/sweeper {"paused": true}``); no quota,
-storage or pause rung of the limits does. Drain (SIGTERM): stop claiming, interrupt a stalled
-cycle, hand back held claims so another sweeper fires them at once instead of after the lease.
+storage or pause rung of the limits does. Drain (SIGTERM): stop taking, let a cycle in flight commit,
+interrupt a stalled cycle, hand back leases still held so another sweeper fires those rows at once
+instead of after the lease.
 
 Gauges: ``queen_timers_pending`` is the sum of the per-tenant pending counters kept by triggers
 (``queen_usage_gauges``, ``sql/functions/limits.sql``), read every ``PENDING_EVERY_S``; ``queen_sweeper_fired`` is this
@@ -90,6 +101,7 @@ BLOCKED_SLEEP_MS = 50
 TRANSIENT_PREFIXES = ("08", "53", "57")
 TRANSIENT_STATES = frozenset({"40001", "40P01"})
 PENDING_EVERY_S = 5.0
+IDLE_FLOOR_MS = 1_000  # a fire transaction idle this long is hung whatever the lease (never a slow pack)
 
 
 def failure_class(exc: BaseException) -> str:
@@ -152,6 +164,14 @@ class CycleResult:
         return self.claimed > 0 and self.next_due_ms is not None and self.next_due_ms <= 0
 
 
+class _FireError(Exception):
+    """A fire of taken rows that the database refused (its work undone, the transaction still open)."""
+
+    def __init__(self, sqlstate: str, message: str) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+
+
 class _Stopped(Exception):
     """The sweeper is draining: abandon the cycle; its claims are handed back by ``stop``."""
 
@@ -161,11 +181,14 @@ class _Packed:
     g_tenants: list[str] = field(default_factory=list)
     g_queues: list[str] = field(default_factory=list)
     g_keys: list[str] = field(default_factory=list)
+    g_ids: list[uuid.UUID | None] = field(default_factory=list)
+    g_tids: list[Any] = field(default_factory=list)  # ctids of rows taken in this transaction
     g_payloads: list[bytes | None] = field(default_factory=list)
     g_codecs: list[int] = field(default_factory=list)
     f_tenants: list[str] = field(default_factory=list)
     f_queues: list[str] = field(default_factory=list)
     f_keys: list[str] = field(default_factory=list)
+    f_ids: list[uuid.UUID | None] = field(default_factory=list)
     f_errors: list[str] = field(default_factory=list)
     f_costs: list[int] = field(default_factory=list)
     f_wrap: list[bool] = field(default_factory=list)
@@ -175,15 +198,22 @@ class _Packed:
         self.f_tenants.append(row["tenant"])
         self.f_queues.append(row["queue"])
         self.f_keys.append(row["timer_key"])
+        self.f_ids.append(row.get("message_id"))
         self.f_errors.append(error)
         self.f_costs.append(0 if klass == "transient" else 1)
         self.f_wrap.append(bad_payload)
         TIMERS_FIRE_FAILED.labels(klass).inc()
 
+    def good_row(self, i: int) -> dict[str, Any]:
+        return {"tenant": self.g_tenants[i], "queue": self.g_queues[i], "timer_key": self.g_keys[i],
+                "message_id": self.g_ids[i], "tid": self.g_tids[i]}
+
     def good(self, row: Any, payload: bytes | None, codec: int) -> None:
         self.g_tenants.append(row["tenant"])
         self.g_queues.append(row["queue"])
         self.g_keys.append(row["timer_key"])
+        self.g_ids.append(row.get("message_id"))
+        self.g_tids.append(row.get("tid"))
         self.g_payloads.append(payload)
         self.g_codecs.append(codec)
 
@@ -236,7 +266,9 @@ class Sweeper:
     # ---------------------------------------------------------------- the loop
     async def _ensure_conn(self) -> asyncpg.Connection:
         if self.conn is None or self.conn.is_closed():
-            self.conn = await connect(self.dsn)
+            conn = await connect(self.dsn)
+            await conn.execute(Q.timers_sweeper_session, max(self.config.lease_ms, IDLE_FLOOR_MS))
+            self.conn = conn
         return self.conn
 
     async def run(self) -> None:
@@ -284,42 +316,51 @@ class Sweeper:
 
     async def _cycle(self, conn: asyncpg.Connection) -> CycleResult:
         cfg = self.config
-        token = uuid.uuid4()
-        self.held.add(token)
-        rows = await conn.fetch(
-            Q.timers_claim, token, cfg.lease_ms, cfg.batch, self.cursor, self.name, cfg.faults, cfg.tenant_slice
-        )
         res = CycleResult()
-        claimed = []
-        for r in rows:
-            if r["tenant"] is None:
-                res.next_due_ms = r["next_due_ms"]
-                res.paused = bool(r["paused"])
-            else:
-                claimed.append(r)
-        res.claimed = len(claimed)
-        if not claimed:
-            self.held.discard(token)
-            return res
-        self.cursor = claimed[0]["tenant"]
-        stall_ms = max((r["stall_ms"] or 0 for r in claimed if r["fault"] == "stall"), default=0)
-        if stall_ms:
-            await self._stall(stall_ms)
-        packed = self.pack(claimed)
-        try:
-            out = await self._commit(conn, token, packed)
-        except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError, TimeoutError) as exc:
-            klass = failure_class(exc)
-            log.warning("timer fire of %d rows failed (%s): %s", len(claimed), klass, exc)
-            if conn.is_closed():
-                raise  # the claims expire after the lease; another cycle (or sweeper) fires them
-            if klass == "permanent" and len(claimed) > 1:
-                out = await self._fire_each(conn, token, packed)
-            else:
-                out = await self._fail_all(conn, token, packed, f"{type(exc).__name__}: {exc}", klass)
+        async with conn.transaction():
+            rows = await conn.fetch(Q.timers_take, cfg.batch, self.cursor, cfg.faults, cfg.tenant_slice)
+            taken = []
+            for r in rows:
+                if r["tenant"] is None:
+                    res.next_due_ms = r["next_due_ms"]
+                    res.paused = bool(r["paused"])
+                else:
+                    taken.append(r)
+            res.claimed = len(taken)
+            if not taken:
+                return res
+            self.cursor = taken[0]["tenant"]
+            packed = self.pack(taken)
+            stall_ms = max((r["stall_ms"] or 0 for r in taken if r["fault"] == "stall"), default=0)
+            if not stall_ms:
+                # The common case: fire in the transaction that took the rows, then commit.
+                self._account(res, await self._settle(conn, None, packed))
+                return res
+            # Rows to hold while nothing happens (an injected stall): lease them and commit, so no
+            # transaction stays open across the wait; the fire then goes by token.
+            token = uuid.uuid4()
+            self.held.add(token)
+            await conn.fetch(Q.timers_lease, token, cfg.lease_ms, self.name, [r["tenant"] for r in taken],
+                             [r["queue"] for r in taken], [r["timer_key"] for r in taken],
+                             [r["message_id"] for r in taken])
+        await self._stall(stall_ms)
+        self._account(res, await self._settle(conn, token, packed))
         self.held.discard(token)
-        self._account(res, out)
         return res
+
+    async def _settle(self, conn: asyncpg.Connection, token: uuid.UUID | None, packed: _Packed) -> list[Any]:
+        """Fire ``packed``; a failed fire falls back to one row at a time (permanent) or backoff for all."""
+        try:
+            return await self._commit(conn, token, packed)
+        except (asyncpg.PostgresError, _FireError, OSError, asyncpg.InterfaceError, TimeoutError) as exc:
+            klass = failure_class(exc)
+            n = len(packed.g_keys) + len(packed.f_keys)
+            log.warning("timer fire of %d rows failed (%s): %s", n, klass, exc)
+            if conn.is_closed() or not isinstance(exc, _FireError) and token is None:
+                raise  # nothing was fired: the rows stay due (or their lease expires) and are fired later
+            if klass == "permanent" and n > 1:
+                return await self._fire_each(conn, token, packed)
+            return await self._fail_all(conn, token, packed, f"{type(exc).__name__}: {exc}", klass)
 
     async def _stall(self, ms: int) -> None:
         """Injected stall (test hook): the claim is held while nothing happens; a drain interrupts it."""
@@ -359,40 +400,52 @@ class Sweeper:
                 p.good(r, sealed, codec)
         return p
 
-    async def _commit(self, conn: asyncpg.Connection, token: uuid.UUID, p: _Packed) -> list[Any]:
+    async def _commit(self, conn: asyncpg.Connection, token: uuid.UUID | None, p: _Packed) -> list[Any]:
+        """Fire by token (leased rows; one statement in autocommit is one transaction) or, with no token,
+        the rows taken in the caller's open transaction (an error there undoes only this call)."""
         cfg = self.config
-        # One statement in autocommit is one transaction: no BEGIN/COMMIT round trips.
-        return await conn.fetch(
-            Q.timers_fire, token, p.g_tenants, p.g_queues, p.g_keys, p.g_payloads, p.g_codecs,
-            p.f_tenants, p.f_queues, p.f_keys, p.f_errors, p.f_costs, p.f_wrap,
+        if token is not None:
+            return await conn.fetch(
+                Q.timers_fire, token, p.g_tenants, p.g_queues, p.g_keys, p.g_payloads, p.g_codecs,
+                p.f_tenants, p.f_queues, p.f_keys, p.f_errors, p.f_costs, p.f_wrap,
+                cfg.max_attempts, cfg.backoff_base_ms, cfg.backoff_cap_ms,
+            )  # fmt: skip
+        out = await conn.fetch(
+            Q.timers_fire_taken, p.g_tenants, p.g_queues, p.g_keys, p.g_ids, p.g_tids, p.g_payloads, p.g_codecs,
+            p.f_tenants, p.f_queues, p.f_keys, p.f_ids, p.f_errors, p.f_costs, p.f_wrap,
             cfg.max_attempts, cfg.backoff_base_ms, cfg.backoff_cap_ms,
         )  # fmt: skip
+        for r in out:
+            if r["kind"] == "error":  # the call's work was undone; the answer's other rows are void
+                raise _FireError(r["tenant"], r["queue"])
+        return out
 
-    async def _fail_all(self, conn: asyncpg.Connection, token: uuid.UUID, p: _Packed, error: str, klass: str) -> list[Any]:
+    async def _fail_all(self, conn: asyncpg.Connection, token: uuid.UUID | None, p: _Packed, error: str, klass: str) -> list[Any]:
         f = _Packed()
         for i in range(len(p.g_tenants)):
-            f.fail({"tenant": p.g_tenants[i], "queue": p.g_queues[i], "timer_key": p.g_keys[i]}, error, klass)
+            f.fail(p.good_row(i), error, klass)
         f.f_tenants += p.f_tenants
         f.f_queues += p.f_queues
         f.f_keys += p.f_keys
+        f.f_ids += p.f_ids
         f.f_errors += p.f_errors
         f.f_costs += p.f_costs
         f.f_wrap += p.f_wrap
         return await self._commit(conn, token, f)
 
-    async def _fire_each(self, conn: asyncpg.Connection, token: uuid.UUID, p: _Packed) -> list[Any]:
+    async def _fire_each(self, conn: asyncpg.Connection, token: uuid.UUID | None, p: _Packed) -> list[Any]:
         """A permanent failure of the whole commit: find the row(s) at fault by firing one at a time."""
         out: list[Any] = []
         for i in range(len(p.g_tenants)):
             one = _Packed()
-            one.good({"tenant": p.g_tenants[i], "queue": p.g_queues[i], "timer_key": p.g_keys[i]}, p.g_payloads[i], p.g_codecs[i])
+            one.good(p.good_row(i), p.g_payloads[i], p.g_codecs[i])
             try:
                 out += await self._commit(conn, token, one)
-            except asyncpg.PostgresError as exc:
+            except (asyncpg.PostgresError, _FireError) as exc:
                 out += await self._fail_all(conn, token, one, f"{type(exc).__name__}: {exc}", failure_class(exc))
         if p.f_tenants:
-            rest = _Packed(f_tenants=p.f_tenants, f_queues=p.f_queues, f_keys=p.f_keys, f_errors=p.f_errors,
-                           f_costs=p.f_costs, f_wrap=p.f_wrap)
+            rest = _Packed(f_tenants=p.f_tenants, f_queues=p.f_queues, f_keys=p.f_keys, f_ids=p.f_ids,
+                           f_errors=p.f_errors, f_costs=p.f_costs, f_wrap=p.f_wrap)
             out += await self._commit(conn, token, rest)
         return out
 

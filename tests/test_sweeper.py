@@ -395,3 +395,127 @@ async def test_beside_another_tenant_a_burst_takes_at_most_its_slice(db):
     out = await sw.run_once()  # A alone now: the whole batch
     assert out.fired == 280
     await sw.stop()
+
+
+# ---- the fire transaction is the claim: a take writes nothing, the fire commits in the same transaction
+async def take(conn: asyncpg.Connection, batch: int = 100) -> list:
+    return [r for r in await conn.fetch(Q.timers_take, batch, None, False, 250) if r["tenant"] is not None]
+
+
+async def fire_taken(conn: asyncpg.Connection, rows: list) -> list:
+    n = len(rows)
+    return await conn.fetch(Q.timers_fire_taken, [r["tenant"] for r in rows], [r["queue"] for r in rows],
+                            [r["timer_key"] for r in rows], [r["message_id"] for r in rows], [r["tid"] for r in rows],
+                            [None] * n, [0] * n, [], [], [], [], [], [], [], 3, 50, 1000)
+
+
+async def cancel(conn: asyncpg.Connection, tenant: str, queue: str, key: str) -> str:
+    [r] = await conn.fetch(Q.timers_apply, tenant, "sub", False, 1000, ["cancel"], [queue], [key], [None], ["c"],
+                           [None], [None], [None], [None], [None])
+    return str(r["status"])
+
+
+async def test_a_take_writes_nothing_and_a_cancel_or_reschedule_while_packing_wins(db):
+    """Between take and fire the rows are untouched (not claimed: peek says so, a cancel succeeds);
+    the fire then skips a row cancelled or rescheduled meanwhile and fires the others."""
+    dsn, conn = db
+    await schedule(conn, "t1", "q", ["a", "b", "c"], partition="P")
+    before = await conn.fetch("SELECT ctid::text, xmin::text FROM queen_timers ORDER BY timer_key")
+    sw = sweeper(dsn)
+    settle = sw._settle
+
+    async def meanwhile(c, token, packed):  # noqa: ANN001, ANN202
+        # the take has run, its transaction is open: the rows are exactly as they were
+        assert await conn.fetch("SELECT ctid::text, xmin::text FROM queen_timers ORDER BY timer_key") == before
+        assert not (await conn.fetchrow(Q.timers_peek, "t1", "q", "a"))["claimed"]
+        assert await cancel(conn, "t1", "q", "a") == "cancelled"
+        [r] = await schedule(conn, "t1", "q", ["b"], delays=[60_000], payloads=[b'{"new": true}'], partition="P")
+        assert r["status"] == "rescheduled"
+        return await settle(c, token, packed)
+
+    sw._settle = meanwhile  # type: ignore[method-assign]
+    out = await sw.run_once()
+    assert (out.claimed, out.fired) == (3, 1)
+    assert [r["txn"] for r in await log_rows(conn)] == ["q-c"]
+    [b] = await conn.fetch("SELECT timer_key, payload FROM queen_timers")
+    assert (b["timer_key"], b["payload"]) == ("b", b'{"new": true}')  # pending, with its new payload
+    await sw.stop()
+
+
+async def test_a_cancel_meeting_the_fire_waits_for_its_commit_then_finds_the_row_gone(db):
+    dsn, conn = db
+    await schedule(conn, "t1", "q", ["gone", "kept"])
+    other = await connect(dsn)
+    try:
+        for outcome, expected in (("commit", "absent"), ("rollback", "cancelled")):
+            tx = other.transaction()
+            await tx.start()
+            key = "gone" if outcome == "commit" else "kept"
+            rows = [r for r in await take(other) if r["timer_key"] == key]
+            assert [r["kind"] for r in await fire_taken(other, rows)] == ["fired"]
+            waiting = asyncio.get_running_loop().create_task(cancel(conn, "t1", "q", key))
+            await asyncio.sleep(0.3)
+            assert not waiting.done()  # blocked on the fire's row lock
+            await (tx.commit() if outcome == "commit" else tx.rollback())
+            assert await asyncio.wait_for(waiting, 5) == expected
+        assert [r["txn"] for r in await log_rows(conn)] == ["q-gone"]
+    finally:
+        await other.close()
+
+
+async def test_a_partition_is_held_until_the_fire_commits_and_a_dead_sweeper_frees_it_at_once(db):
+    dsn, conn = db
+    await schedule(conn, "t1", "q", ["p1", "p2"], partition="P")
+    await schedule(conn, "t1", "q", ["o1"], partition="O")
+    other = await connect(dsn)
+    tx = other.transaction()
+    await tx.start()
+    assert {r["partition"] for r in await take(other)} == {"O", "P"}
+    sw = sweeper(dsn)
+    assert (await sw.run_once()).claimed == 0  # both partitions are held by the open fire transaction
+    other.terminate()  # the sweeper dies mid-cycle: the database rolls its transaction back
+    for _ in range(100):
+        out = await sw.run_once()
+        if out.claimed:
+            break
+        await asyncio.sleep(0.02)
+    assert out.fired == 3  # at once: nothing was stamped, there is no lease to wait out
+    await sw.stop()
+
+
+async def test_a_hung_fire_transaction_is_ended_after_the_lease(db):
+    dsn, conn = db
+    await schedule(conn, "t1", "q", ["k"])
+    hung = sweeper(dsn, lease_ms=300)
+
+    async def hang(c, token, packed):  # noqa: ANN001, ANN202
+        await asyncio.sleep(1.5)  # the transaction sits idle past the lease
+        return await Sweeper._settle(hung, c, token, packed)
+
+    hung._settle = hang  # type: ignore[method-assign]
+    with pytest.raises((asyncpg.PostgresError, asyncpg.InterfaceError, OSError)):
+        await hung.run_once()
+    sw = sweeper(dsn)
+    assert (await sw.run_once()).fired == 1
+    await sw.stop()
+    await hung.stop()
+
+
+async def test_a_fire_the_database_refuses_finds_the_row_at_fault_in_the_same_transaction(db):
+    """The database refuses one row's message (here a trigger): the others fire in the same cycle and
+    the one at fault backs off with one attempt spent, while the partitions stay held."""
+    dsn, conn = db
+    await conn.execute("""
+        CREATE FUNCTION test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN IF NEW.txn = 'poison' THEN RAISE EXCEPTION 'refused for this row'; END IF; RETURN NEW; END $$;
+        CREATE TRIGGER test_refuse BEFORE INSERT ON queen_messages FOR EACH ROW EXECUTE FUNCTION test_refuse();
+    """)
+    await schedule(conn, "t1", "q", ["a", "b", "c"], txns=["ta", "poison", "tc"], partition="P")
+    sw = sweeper(dsn)
+    out = await sw.run_once()
+    assert (out.claimed, out.fired, out.backoff) == (3, 2, 1)
+    assert [r["txn"] for r in await log_rows(conn)] == ["ta", "tc"]
+    row = await conn.fetchrow("SELECT timer_key, attempts, last_error, claim_token FROM queen_timers")
+    assert (row["timer_key"], row["attempts"], row["claim_token"]) == ("b", 1, None)
+    assert "refused for this row" in row["last_error"]
+    await sw.stop()

@@ -112,3 +112,24 @@ async def test_the_lease_starts_when_the_claim_ends(burst):
         assert r["due_at"] == r["claimed_until"]
         assert (r["claimed_until"] - started).total_seconds() >= lease_ms / 1000 + 0.6
         assert lease_ms / 1000 - 0.5 <= left_at_end <= lease_ms / 1000, left_at_end
+
+
+async def test_take_and_fire_of_a_burst_read_what_they_take_without_statistics(burst):
+    """The sweeper's fire transaction: the take reads the rows it takes through the due indexes, and the
+    fire deletes them by ctid (a TID scan, not a scan of the table), whatever the statistics say."""
+    conn = burst
+    await conn.execute(SEED, "-1 second", ROWS)
+    batch = 500
+    async with conn.transaction():
+        before = dict(await conn.fetchrow(TOUCHED) or {"seq_scan": 0, "seq_tup_read": 0, "idx_tup_fetch": 0})
+        rows = [r for r in await conn.fetch(Q.timers_take, batch, None, False, 250) if r["tenant"] is not None]
+        n = len(rows)
+        out = await conn.fetch(Q.timers_fire_taken, [r["tenant"] for r in rows], [r["queue"] for r in rows],
+                               [r["timer_key"] for r in rows], [r["message_id"] for r in rows], [r["tid"] for r in rows],
+                               [None] * n, [0] * n, [], [], [], [], [], [], [], 3, 50, 1000)
+        after = dict(await conn.fetchrow(TOUCHED))
+    delta = {k: after[k] - before[k] for k in after}
+    assert n == batch and [r["kind"] for r in out] == ["fired"] * batch
+    assert delta["seq_scan"] == 0, delta
+    assert delta["idx_tup_fetch"] <= 10 * batch, delta
+    assert await conn.fetchval("SELECT count(*) FROM queen_timers") == ROWS - batch

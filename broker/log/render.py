@@ -19,7 +19,7 @@ def ts(value: datetime | None) -> str | None:
         return None
     if value.utcoffset() != _ZERO:
         value = value.astimezone(UTC)
-    return value.replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"
+    return value.isoformat(timespec="milliseconds")[:-6] + "Z"  # an aware UTC value ends in "+00:00"
 
 
 def data_fields(opened: bytes | Undecryptable) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import orjson
 
 from broker import limits, metering
 from broker.auth import Principal
+from broker.codec import CODEC_RAW
 from broker.crypto import NoEncryptionKey
 from broker.errors import Unavailable
 from broker.ids import uuid7
@@ -349,32 +350,49 @@ class LogService:
         lease_until = None
         hint: float | None = None
         expired = 0
+        # Per message only what differs between messages: the lease (one per pop), the partition's id
+        # as text and the codec/keyring objects are looked up once (a batch-100 pop rendered at ~30 us
+        # a message before, most of it repeated str()/attribute work).
+        lease_s = ""
+        pids: dict[uuid.UUID, str] = {}
+        codec, keyring, ts, data_fields = self.b.codec, self.b.keyring, render.ts, render.data_fields
+        group = req.group
         for r in rows:
             kind = r["kind"]
             if kind == "msg":
-                lease = r["lease_id"]
-                lease_until = r["lease_until"]
-                claimed.setdefault(r["partition_id"], r["partition"])
-                opened = open_(self.b.codec, self.b.keyring, tenant, queue, Sealed(r["payload"], r["codec"], r["key_id"]))
-                pid = str(r["partition_id"])
-                msg = {
+                if lease is None and r["lease_id"] is not None:
+                    lease = r["lease_id"]
+                    lease_s = str(lease)
+                    lease_until = r["lease_until"]
+                ppid = r["partition_id"]
+                pid = pids.get(ppid)
+                if pid is None:
+                    pid = pids[ppid] = str(ppid)
+                    claimed[ppid] = r["partition"]
+                key_id = r["key_id"]
+                payload = r["payload"]
+                if key_id is None and r["codec"] == CODEC_RAW:
+                    data: dict[str, Any] = {"data": orjson.Fragment(payload)}  # stored as sent: embedded as is
+                else:
+                    data = data_fields(open_(codec, keyring, tenant, queue, Sealed(payload, r["codec"], key_id)))
+                trace = r["trace_id"]
+                msgs.append({
                     "id": str(r["id"]),
                     "transactionId": r["txn"],
-                    "traceId": str(r["trace_id"]) if r["trace_id"] else None,
-                    **render.data_fields(opened),
+                    "traceId": str(trace) if trace else None,
+                    **data,
                     "producerSub": r["producer_sub"],
-                    "createdAt": render.ts(r["created_at"]),
+                    "createdAt": ts(r["created_at"]),
                     # the absolute deadline (database clock) for the consumer's last check, null without one
-                    "deadlineAt": render.ts(r["deadline_at"]),
+                    "deadlineAt": ts(r["deadline_at"]),
                     "queue": queue,
                     "partitionId": pid,
                     "partition": r["partition"],
-                    "leaseId": str(lease) if lease else "",
-                    "consumerGroup": req.group,
+                    "leaseId": lease_s,
+                    "consumerGroup": group,
                     "deliveryAttempt": r["attempt"],
                     "offset": r["seq"],
-                }
-                msgs.append(msg)
+                })
             elif kind == "expired":
                 expired += 1
             elif kind == "conflation":
@@ -394,7 +412,7 @@ class LogService:
             "queue": queue,
             "partition": first["partition"],
             "partitionId": first["partitionId"],
-            "leaseId": str(lease) if lease else "",
+            "leaseId": lease_s,
             "leaseExpiresAt": render.ts(lease_until) if lease else None,
             "consumerGroup": req.group,
             "partitionsClaimed": len(claimed),

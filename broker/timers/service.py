@@ -1,7 +1,9 @@
 """Schedule, cancel, peek and list timers against the database.
 
-One call of ``POST /api/v1/timers`` (or one ``timers`` rider) is one statement: the whole batch goes to
-``queen_timers_apply`` as parallel arrays inside the caller's transaction, next to the metering row.
+One call of ``POST /api/v1/timers`` is one statement in autocommit (one transaction, one round trip):
+the whole batch goes to ``queen_timers_apply`` as parallel arrays and the same statement writes the
+metering row (``timers_schedule``); a cancel is one ``queen_timers_apply`` statement; a ``timers`` rider
+runs ``queen_timers_apply`` inside the bundle's transaction, next to its metering row.
 When the broker has an encryption key ring, the destination queues' ``encryption_enabled`` flags are
 read first (one more statement) so payloads bound for an encrypting queue are sealed — encrypted — at
 schedule time; the SQL function refuses a cleartext payload for an encrypting queue, so a flag switched
@@ -149,8 +151,11 @@ async def apply(
     *,
     check_switch: bool = True,
     in_transaction: bool = False,
+    meter: bool = False,
 ) -> list[dict[str, Any]]:
-    """Apply validated ops in the caller's transaction; one result element per op, in op order."""
+    """Apply validated ops (in the caller's transaction, or as one autocommit statement); one result
+    element per op, in op order. ``meter``: the same statement meters the schedules that made a promise
+    (``POST /api/v1/timers`` in autocommit: one round trip in all)."""
     if not ops:
         return []
     tenant = principal.tenant
@@ -161,13 +166,16 @@ async def apply(
             encrypting = {r["name"] for r in await conn.fetch(Q.timers_encrypting_queues, tenant, queues)}
     for attempt in (1, 2):
         args = _arrays(broker, principal, ops, encrypting, check_switch)
+        query = Q.timers_apply
+        if meter:
+            query, args = Q.timers_schedule, (*args, metering.period_seconds())
         try:
-            if broker.keyring:
+            if broker.keyring and conn.is_in_transaction():
                 # A savepoint, so the encryption retry below runs in a still usable transaction.
                 async with conn.transaction():
-                    rows = await conn.fetch(Q.timers_apply, *args)
+                    rows = await conn.fetch(query, *args)
             else:
-                rows = await conn.fetch(Q.timers_apply, *args)
+                rows = await conn.fetch(query, *args)
             break
         except asyncpg.PostgresError as exc:
             state = getattr(exc, "sqlstate", None)
@@ -245,25 +253,19 @@ async def admit(broker: Broker, principal: Principal, ops: Sequence[TimerOp]) ->
 
 
 async def schedule_call(broker: Broker, principal: Principal, ops: Sequence[TimerOp]) -> list[dict[str, Any]]:
-    """``POST /api/v1/timers``: admission, then one transaction for the batch and its meter."""
+    """``POST /api/v1/timers``: admission, then one statement (one transaction) for the batch and its meter."""
     await admit(broker, principal, ops)
     pool = broker.require_pool()
     async with pool.acquire() as conn:
-        async with conn.transaction():
-            results = await apply(conn, broker, principal, ops, check_switch=True)
-            n = applied_schedules(results)
-            if n:
-                await metering.record(conn, principal.tenant, messages=n)
-    return results
+        return await apply(conn, broker, principal, ops, check_switch=True, meter=True)
 
 
 async def cancel_one(broker: Broker, principal: Principal, queue: str, key: str, txn: str | None) -> dict[str, Any]:
     """``DELETE /api/v1/timers/:queue/*timerKey``: no grant, no limits, no switch; only the boot flag."""
     pool = broker.require_pool()
     op = TimerOp("cancel", queue, key, txn)
-    async with pool.acquire() as conn:
-        async with conn.transaction():
-            results = await apply(conn, broker, principal, [op], check_switch=False)
+    async with pool.acquire() as conn:  # one statement in autocommit: one transaction, one round trip
+        results = await apply(conn, broker, principal, [op], check_switch=False)
     return results[0]
 
 

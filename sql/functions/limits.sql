@@ -11,13 +11,20 @@ LANGUAGE sql IMMUTABLE AS $$
 $$;
 
 -- Meter usage inside the caller's transaction (rolled back with it). One statement.
+-- PL/pgSQL rather than SQL: a SQL function called from PL/pgSQL (every push, every KV call) is
+-- planned again at every call (0.07 ms planning + 0.1 ms call overhead of a 0.24 ms call, measured
+-- with pg_stat_statements); a PL/pgSQL body keeps its plan for the session.
 CREATE OR REPLACE FUNCTION queen_meter(p_tenant text, p_period_s integer, p_messages bigint, p_kv_ops bigint)
-RETURNS void LANGUAGE sql AS $$
-    INSERT INTO queen_usage AS u (tenant, period_start, slot, messages, kv_ops)
-    SELECT p_tenant, queen_period_start(now(), p_period_s), (pg_backend_pid() % 64)::smallint, p_messages, p_kv_ops
-    WHERE p_messages <> 0 OR p_kv_ops <> 0
-    ON CONFLICT (tenant, period_start, slot)
-    DO UPDATE SET messages = u.messages + excluded.messages, kv_ops = u.kv_ops + excluded.kv_ops
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_messages <> 0 OR p_kv_ops <> 0 THEN
+        INSERT INTO queen_usage AS u (tenant, period_start, slot, messages, kv_ops)
+        VALUES (p_tenant, queen_period_start(now(), p_period_s), (pg_backend_pid() % 64)::smallint, p_messages,
+                p_kv_ops)
+        ON CONFLICT (tenant, period_start, slot)
+        DO UPDATE SET messages = u.messages + excluded.messages, kv_ops = u.kv_ops + excluded.kv_ops;
+    END IF;
+END
 $$;
 
 -- Add deltas to a tenant's gauges (in the caller's transaction).

@@ -580,7 +580,12 @@ $$;
 CREATE OR REPLACE FUNCTION queen_ack(p_tenant text, p_pids uuid[], p_txns text[], p_statuses text[], p_leases uuid[],
                           p_groups text[], p_errors text[])
 RETURNS TABLE (idx integer, success boolean, error text, dead_lettered boolean)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Planned once per connection (and again after an ANALYZE of its tables): left to choose, PostgreSQL
+-- re-planned the item and lock queries at every call, 0.55 ms of a 1.4 ms one-item ack. Measured in
+-- one database, variants alternated: a one-item ack 1.76 -> 0.73 ms, batch 100 2.8 -> 2.5 ms.
+SET plan_cache_mode = force_generic_plan
+AS $$
 #variable_conflict use_column
 DECLARE
     r       record;

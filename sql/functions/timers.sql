@@ -136,13 +136,17 @@ BEGIN
 END
 $$;
 
--- queen_timers_fire: the commit half of a sweep cycle, one transaction.
+-- queen_timers_fire: the commit half of a sweep cycle.
 --
--- Good rows (parallel arrays g_*) are deleted if and only if they still hold p_token, and exactly the
--- deleted ones are pushed into the log through queen_push, per tenant, in (queue, partition,
+-- Which rows: with p_token NULL (a take in this transaction), a row identified by (tenant, queue,
+-- key) is acted upon only if it still has the message id the take read (g_ids / f_ids: a reschedule
+-- gives a new one, a cancel deletes the row) and no live lease; with p_token set (a lease), only if
+-- it still holds p_token (in autocommit: the call is the transaction; an error is raised).
+-- Good rows (parallel arrays g_*) are deleted if and only if they are still the ones taken, and exactly
+-- the deleted ones are pushed into the log through queen_push, per tenant, in (queue, partition,
 -- deliver_at) order; a NULL sealed payload means "the stored bytes are already the log's bytes".
 -- queen_push is idempotent by (partition, txn), so a re-fire after a lost commit is a duplicate, never
--- a second frame. Failed rows (f_*) still holding the token get their claim cleared, the failure
+-- a second frame. Failed rows (f_*) still the ones taken get their claim cleared, the failure
 -- counted (f_cost 1 = permanent, 0 = transient) and a backoff; a row whose attempts reach
 -- p_max_attempts moves to its queue's DLQ as a synthetic row (consumer group __timers__).
 -- f_wrap, per failed row: its payload is itself the failure (not JSON, not a zstd frame). Such a row
@@ -160,11 +164,14 @@ CREATE OR REPLACE FUNCTION queen_timers_fire(
     g_tenants      text[],
     g_queues       text[],
     g_keys         text[],
+    g_ids          uuid[],
+    g_tids         tid[],
     g_payloads     bytea[],
     g_codecs       smallint[],
     f_tenants      text[],
     f_queues       text[],
     f_keys         text[],
+    f_ids          uuid[],
     f_errors       text[],
     f_costs        integer[],
     f_wrap         boolean[],
@@ -179,120 +186,147 @@ AS $$
 DECLARE
     r record;
 BEGIN
-    FOR r IN
-        WITH inp AS (
-            SELECT * FROM unnest(g_tenants, g_queues, g_keys, g_payloads, g_codecs) AS u(te, q, k, pl, c)
-        ),
-        -- The rows still holding the token: one primary-key probe per key (LATERAL, so never a scan
-        -- whatever the statistics say; the token is checked on the row found, not in the probe, where
-        -- it would let the planner use the partial index of live claims and read a whole queue's
-        -- claims per key), locked, then deleted by ctid.
-        gone AS (
-            DELETE FROM queen_timers t
-            WHERE t.ctid = ANY (ARRAY(
-                SELECT x.tid FROM inp CROSS JOIN LATERAL (
-                    SELECT t2.ctid AS tid FROM queen_timers t2
-                    WHERE t2.tenant = inp.te AND t2.queue = inp.q AND t2.timer_key = inp.k
-                    FOR UPDATE OF t2) x))
-              AND t.claim_token = p_token
-            RETURNING t.tenant, t.queue, t.timer_key, t.partition, t.txn, t.message_id, t.payload,
-                      t.payload_zstd, t.key_id, t.producer_sub, t.deliver_at
-        ),
-        j AS (
-            SELECT g.*, coalesce(inp.pl, g.payload) AS sealed,
-                   CASE WHEN inp.pl IS NOT NULL THEN inp.c
-                        WHEN g.payload_zstd THEN 1::smallint ELSE 0::smallint END AS codec
-            FROM gone g JOIN inp ON inp.te = g.tenant AND inp.q = g.queue AND inp.k = g.timer_key
-        )
-        SELECT j.tenant,
-               array_agg(j.queue COLLATE "default" ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS qs,
-               array_agg(j.partition COLLATE "default" ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS ps,
-               array_agg(j.message_id ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS ids,
-               array_agg(j.txn COLLATE "default" ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS txns,
-               array_agg(j.sealed ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS pls,
-               array_agg(j.codec ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS cs,
-               array_agg(j.key_id ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS kids,
-               array_agg(j.producer_sub ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS subs,
-               array_agg(j.timer_key ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS keys,
-               array_agg(j.deliver_at ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS dats
-        FROM j GROUP BY j.tenant ORDER BY j.tenant
-    LOOP
-        RETURN QUERY
-        SELECT CASE WHEN qp.st = 'queued' THEN 'fired' ELSE 'duplicate' END,
-               r.tenant, r.qs[qp.n], r.keys[qp.n],
-               extract(epoch FROM clock_timestamp() - r.dats[qp.n])::double precision
-        FROM queen_push(r.tenant, r.qs, r.ps, r.ids, r.txns,
-                        array_fill(NULL::uuid, ARRAY[cardinality(r.qs)]), r.pls, r.cs, r.kids, r.subs,
-                        array_fill(NULL::bigint, ARRAY[cardinality(r.qs)]))
-             WITH ORDINALITY AS qp(i, st, mid, pid, seq, n);
-    END LOOP;
+    BEGIN
+        FOR r IN
+            WITH inp AS (
+                SELECT * FROM unnest(g_tenants, g_queues, g_keys, g_ids, g_payloads, g_codecs) AS u(te, q, k, id, pl, c)
+            ),
+            -- The rows still the ones taken. Taken in this transaction (g_tids): by ctid, only a version
+            -- that still has the message id read (the id, not the ctid, is what the delete re-checks on a
+            -- row changed under it). Leased (p_token): one primary-key probe per key (LATERAL, so never a
+            -- scan whatever the statistics say; the token is checked on the row found, not in the probe,
+            -- where it would let the planner use the partial index of live claims and read a whole
+            -- queue's claims per key), locked, then deleted by ctid.
+            gone AS (
+                DELETE FROM queen_timers t
+                WHERE t.ctid = ANY (CASE WHEN p_token IS NULL THEN g_tids ELSE ARRAY(
+                    SELECT x.tid FROM inp CROSS JOIN LATERAL (
+                        SELECT t2.ctid AS tid FROM queen_timers t2
+                        WHERE t2.tenant = inp.te AND t2.queue = inp.q AND t2.timer_key = inp.k
+                        FOR UPDATE OF t2) x) END)
+                  AND CASE WHEN p_token IS NULL
+                           THEN t.message_id = ANY (g_ids) AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > now())
+                           ELSE t.claim_token = p_token END
+                RETURNING t.tenant, t.queue, t.timer_key, t.partition, t.txn, t.message_id, t.payload,
+                          t.payload_zstd, t.key_id, t.producer_sub, t.deliver_at
+            ),
+            j AS (
+                SELECT g.*, coalesce(inp.pl, g.payload) AS sealed,
+                       CASE WHEN inp.pl IS NOT NULL THEN inp.c
+                            WHEN g.payload_zstd THEN 1::smallint ELSE 0::smallint END AS codec
+                -- by message id when the rows were taken (one uuid compare), by key when leased
+                FROM gone g JOIN inp ON CASE WHEN p_token IS NULL THEN inp.id = g.message_id
+                                             ELSE inp.te = g.tenant AND inp.q = g.queue AND inp.k = g.timer_key END
+            )
+            SELECT j.tenant,
+                   array_agg(j.queue COLLATE "default" ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS qs,
+                   array_agg(j.partition COLLATE "default" ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS ps,
+                   array_agg(j.message_id ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS ids,
+                   array_agg(j.txn COLLATE "default" ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS txns,
+                   array_agg(j.sealed ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS pls,
+                   array_agg(j.codec ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS cs,
+                   array_agg(j.key_id ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS kids,
+                   array_agg(j.producer_sub ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS subs,
+                   array_agg(j.timer_key ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS keys,
+                   array_agg(j.deliver_at ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS dats
+            FROM j GROUP BY j.tenant ORDER BY j.tenant
+        LOOP
+            RETURN QUERY
+            SELECT CASE WHEN qp.st = 'queued' THEN 'fired' ELSE 'duplicate' END,
+                   r.tenant, r.qs[qp.n], r.keys[qp.n],
+                   extract(epoch FROM clock_timestamp() - r.dats[qp.n])::double precision
+            FROM queen_push(r.tenant, r.qs, r.ps, r.ids, r.txns,
+                            array_fill(NULL::uuid, ARRAY[cardinality(r.qs)]), r.pls, r.cs, r.kids, r.subs,
+                            array_fill(NULL::bigint, ARRAY[cardinality(r.qs)]))
+                 WITH ORDINALITY AS qp(i, st, mid, pid, seq, n);
+        END LOOP;
 
-    IF cardinality(f_tenants) > 0 THEN
-        RETURN QUERY
-        WITH inp AS (
-            SELECT * FROM unnest(f_tenants, f_queues, f_keys, f_errors, f_costs) AS u(te, q, k, err, cost)
-        ),
-        upd AS (
-            UPDATE queen_timers t
-               SET attempts = t.attempts + inp.cost, failures = t.failures + 1, last_error = inp.err,
-                   claim_token = NULL, claimed_until = NULL, claimed_by = NULL, updated_at = now(),
-                   due_at = now() + least(p_backoff_cap_ms,
-                                          p_backoff_base_ms * power(2, least(t.failures, 40))::bigint)
-                                    * interval '1 millisecond'
-            FROM inp
-            WHERE t.tenant = inp.te AND t.queue = inp.q AND t.timer_key = inp.k AND t.claim_token = p_token
-            RETURNING t.tenant, t.queue, t.timer_key, t.attempts
-        )
-        SELECT CASE WHEN upd.attempts >= p_max_attempts THEN 'dlq' ELSE 'backoff' END,
-               upd.tenant, upd.queue, upd.timer_key, NULL::double precision
-        FROM upd;
+        IF cardinality(f_tenants) > 0 THEN
+            RETURN QUERY
+            WITH inp AS (
+                SELECT * FROM unnest(f_tenants, f_queues, f_keys, f_ids, f_errors, f_costs) AS u(te, q, k, id, err, cost)
+            ),
+            upd AS (
+                UPDATE queen_timers t
+                   SET attempts = t.attempts + inp.cost, failures = t.failures + 1, last_error = inp.err,
+                       claim_token = NULL, claimed_until = NULL, claimed_by = NULL, updated_at = now(),
+                       due_at = now() + least(p_backoff_cap_ms,
+                                              p_backoff_base_ms * power(2, least(t.failures, 40))::bigint)
+                                        * interval '1 millisecond'
+                FROM inp
+                WHERE t.tenant = inp.te AND t.queue = inp.q AND t.timer_key = inp.k
+                  AND CASE WHEN p_token IS NULL
+                           THEN t.message_id = inp.id AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > now())
+                           ELSE t.claim_token = p_token END
+                RETURNING t.tenant, t.queue, t.timer_key, t.attempts
+            )
+            SELECT CASE WHEN upd.attempts >= p_max_attempts THEN 'dlq' ELSE 'backoff' END,
+                   upd.tenant, upd.queue, upd.timer_key, NULL::double precision
+            FROM upd;
 
-        -- Out of budget: the row leaves for its queue's DLQ (the rows just updated are locked by us).
-        -- A payload that is itself the failure (not JSON, not zstd) is kept inside a JSON envelope, so
-        -- the DLQ holds JSON like every other stored message and the original bytes stay readable.
-        WITH inp AS (
-            SELECT * FROM unnest(f_tenants, f_queues, f_keys, f_wrap) AS u(te, q, k, wrap)
-        ),
-        dead AS (
-            DELETE FROM queen_timers t USING inp
-            WHERE t.tenant = inp.te AND t.queue = inp.q AND t.timer_key = inp.k
-              AND t.claim_token IS NULL AND t.attempts >= p_max_attempts
-            RETURNING t.*, inp.wrap
-        )
-        INSERT INTO queen_dlq (tenant, id, queue, partition_id, partition, consumer_group, synthetic,
-                               message_id, txn, payload, codec, key_id, producer_sub, error,
-                               retry_count, original_created_at)
-        SELECT d.tenant, gen_random_uuid(), d.queue, qp.id, d.partition, '__timers__', true,
-               d.message_id, d.txn,
-               CASE WHEN coalesce(d.wrap, false)
-                    THEN convert_to(json_build_object(
-                             'undeliverable', true, 'error', d.last_error, 'payloadZstd', d.payload_zstd,
-                             'payloadBase64', translate(encode(d.payload, 'base64'), E'\n', ''))::text, 'UTF8')
-                    ELSE d.payload END,
-               CASE WHEN coalesce(d.wrap, false) THEN 0 WHEN d.payload_zstd THEN 1 ELSE 0 END,
-               CASE WHEN coalesce(d.wrap, false) THEN NULL ELSE d.key_id END,
-               d.producer_sub, d.last_error, d.attempts, d.created_at
-        FROM dead d
-        LEFT JOIN queen_partitions qp ON qp.tenant = d.tenant AND qp.queue = d.queue AND qp.name = d.partition;
-    END IF;
+            -- Out of budget: the row leaves for its queue's DLQ (the rows just updated are locked by us).
+            -- A payload that is itself the failure (not JSON, not zstd) is kept inside a JSON envelope, so
+            -- the DLQ holds JSON like every other stored message and the original bytes stay readable.
+            WITH inp AS (
+                SELECT * FROM unnest(f_tenants, f_queues, f_keys, f_wrap) AS u(te, q, k, wrap)
+            ),
+            dead AS (
+                DELETE FROM queen_timers t USING inp
+                WHERE t.tenant = inp.te AND t.queue = inp.q AND t.timer_key = inp.k
+                  AND t.claim_token IS NULL AND t.attempts >= p_max_attempts
+                RETURNING t.*, inp.wrap
+            )
+            INSERT INTO queen_dlq (tenant, id, queue, partition_id, partition, consumer_group, synthetic,
+                                   message_id, txn, payload, codec, key_id, producer_sub, error,
+                                   retry_count, original_created_at)
+            SELECT d.tenant, gen_random_uuid(), d.queue, qp.id, d.partition, '__timers__', true,
+                   d.message_id, d.txn,
+                   CASE WHEN coalesce(d.wrap, false)
+                        THEN convert_to(json_build_object(
+                                 'undeliverable', true, 'error', d.last_error, 'payloadZstd', d.payload_zstd,
+                                 'payloadBase64', translate(encode(d.payload, 'base64'), E'\n', ''))::text, 'UTF8')
+                        ELSE d.payload END,
+                   CASE WHEN coalesce(d.wrap, false) THEN 0 WHEN d.payload_zstd THEN 1 ELSE 0 END,
+                   CASE WHEN coalesce(d.wrap, false) THEN NULL ELSE d.key_id END,
+                   d.producer_sub, d.last_error, d.attempts, d.created_at
+            FROM dead d
+            LEFT JOIN queen_partitions qp ON qp.tenant = d.tenant AND qp.queue = d.queue AND qp.name = d.partition;
+        END IF;
+    EXCEPTION WHEN OTHERS THEN
+        IF p_token IS NOT NULL THEN
+            RAISE;
+        END IF;
+        -- Taken rows: this call's work is undone, the caller's transaction (and its partition locks)
+        -- lives on; the answer carries one row of kind 'error' (tenant = SQLSTATE, queue = message),
+        -- and any other row in it is void.
+        RETURN QUERY SELECT 'error'::text, SQLSTATE::text, SQLERRM::text, NULL::text, NULL::double precision;
+    END;
 END
 $$;
 
--- queen_timers_claim: the claim half of a sweep cycle, one call.
+-- queen_timers_take: the first half of a sweep cycle, inside the sweeper's fire transaction.
 --
--- Plans (apply, fire and claim alike): every statement is planned afresh at each call
+-- Plans (apply, fire and take alike): every statement is planned afresh at each call
 -- (plan_cache_mode = force_custom_plan), from the table's size now, not the size it had when the
 -- backend first cached a generic plan; together with the partial due indexes (sql/migrations/
 -- 0003_timers.sql) this keeps each key lookup on the primary key and each due walk on a due index
 -- whatever the statistics say. A plan cached while the table was nearly empty otherwise kept a
 -- hash join over a full scan for the life of the connection.
 --
--- Claims at most p_batch due rows (due_at <= now(): fresh, backoff elapsed, or claim expired),
--- stamping p_token, claimed_until = due_at = clock_timestamp() + p_lease_ms: the lease starts when the
--- rows are stamped, at the claim's end, not at its transaction's start (a slow claim must not eat its
--- own lease: a 19 s claim once left 11 s of a 30 s lease). Nothing is claimed while an operator
--- has paused the sweeper. With p_faults (test hooks) each row may carry an injected fault taken from
--- queen_timer_faults. When fewer than p_batch rows were claimed, a last row with tenant NULL carries
+-- Takes at most p_batch due rows (due_at <= now(): fresh, backoff elapsed, or lease expired) and
+-- WRITES NOTHING to them: the caller runs it in a transaction, packs the rows, fires them with
+-- queen_timers_fire (no token) in the same transaction and commits. The transaction is the claim: its
+-- partition locks (below) keep other sweepers off the partitions until the commit, a crash rolls it
+-- back (the rows were never touched, so they are due again at once), and a cancel or reschedule that
+-- comes while the rows are being packed simply wins (the fire matches each row's message id and skips
+-- a row that changed or went). Only the fire's delete locks the rows, for the few milliseconds until
+-- the commit: a cancel meeting it waits for that commit and then finds the row gone (absent), or, if
+-- the fire rolled back, cancels it. A take rewrote no row, so a burst costs one delete per timer, not
+-- an update then a delete (the stamp wrote four index entries per row: measured 124 of 211 ms per
+-- 1,000 rows). queen_timers_claim is take + lease, for a cycle that must hold rows outside a
+-- transaction (an injected stall: see broker/sweeper.py). Nothing is taken while an operator has
+-- paused the sweeper. With p_faults (test hooks) each row may carry an injected fault taken from
+-- queen_timer_faults. When fewer than p_batch rows were taken, a last row with tenant NULL carries
 -- next_due_ms: how long until the earliest row becomes due (NULL when there is none), by the database
 -- clock.
 --
@@ -301,40 +335,36 @@ $$;
 -- QUEEN_SWEEPER_TENANT_SLICE). A burst of one tenant then makes short cycles, so another tenant's due
 -- timers wait one short cycle instead of one long one. A tenant alone still takes the whole batch.
 --
--- Claims are partition-exclusive, so sweepers need no leader (every worker process runs one; they
+-- Takes are partition-exclusive, so sweepers need no leader (every worker process runs one; they
 -- share the work through the database):
---   * a claim takes due rows only from (tenant, queue, partition) groups that no live claim holds
+--   * a take reads due rows only from (tenant, queue, partition) groups that no live lease holds
 --     (claim_token set and claimed_until > now()), and always a partition's earliest due rows;
---   * two claims running at the same moment cannot both take rows of one partition: each first takes
---     pg_try_advisory_xact_lock on the partition (a partition another claimer is taking right now is
---     skipped for this cycle), and only then, in a later statement with a fresh snapshot, checks that
---     no live claim holds it. A claimer that gets the lock after another's claim committed therefore
---     sees that claim and skips the partition.
--- A claim batch thus holds whole partitions' due prefixes, which its sweeper fires in deliverAt order
--- (queen_timers_fire orders by queue, partition, deliver_at); the partition's later rows can be claimed
--- only once that fire has committed (or the claim has expired or been handed back), so they enter the
--- log after it. Different sweepers fire different partitions in parallel. A row that becomes due while
--- its partition is claimed waits for the next cycle after the fire; a held claim (test hook, or a
--- stalled sweeper) blocks its partition until its lease ends, never other partitions.
+--   * two sweepers cannot both hold one partition: each first takes pg_try_advisory_xact_lock on it
+--     (a partition another sweeper holds is skipped for this cycle), held until its fire commits, and
+--     only then, in a later statement with a fresh snapshot, checks that no live lease holds it and
+--     reads its rows. A sweeper that gets the lock after another's fire committed therefore does not
+--     see the rows that fire deleted.
+-- A batch thus holds whole partitions' due prefixes, which its sweeper fires in deliverAt order
+-- (the fire orders by queue, partition, deliver_at); the partition's later rows can be taken only once
+-- that fire has committed (or rolled back, or a lease has expired or been handed back), so they enter
+-- the log after it. Different sweepers fire different partitions in parallel. A row that becomes due
+-- while its partition is held waits for the next cycle after the fire; a lease (test hook, or a
+-- stalled sweeper) blocks its partition until it ends, never other partitions.
 --
--- A claim reads and locks only what it takes: the candidate window is two slices per tenant; the
--- candidate partitions are locked one by one, in order, per tenant, until the locked ones that no live
--- claim holds (checked right after each lock, in a fresh snapshot) have at least the tenant's slice of
+-- A take reads only what it takes: the candidate window is two slices per tenant; the candidate
+-- partitions are locked one by one, in order, per tenant, until the locked ones that no live lease
+-- holds (checked right after each lock, in a fresh snapshot) have at least the tenant's slice of
 -- window rows, and partitions past that stay free for the other sweepers. Their earliest due rows are
 -- read one partition after the other (lazy nested loops under LIMITs) until the slice (then the batch)
--- is full, and only the rows kept are locked (FOR UPDATE SKIP LOCKED) and stamped. A claim thus holds
--- few partitions, deep, and leaves the others to the other sweepers.
-CREATE OR REPLACE FUNCTION queen_timers_claim(
-    p_token      uuid,
-    p_lease_ms   bigint,
+-- is full. A take thus holds few partitions, deep, and leaves the others to the other sweepers.
+CREATE OR REPLACE FUNCTION queen_timers_take(
     p_batch      integer,
     p_cursor     text,
-    p_claimed_by text,
     p_faults     boolean,
     p_slice_cap  integer
-) RETURNS TABLE (tenant text, queue text, timer_key text, partition text, payload bytea,
-                 payload_zstd boolean, key_id text, deliver_at timestamptz, fault text, stall_ms integer,
-                 next_due_ms bigint, paused boolean)
+) RETURNS TABLE (tenant text, queue text, timer_key text, partition text, message_id uuid, tid tid,
+                 payload bytea, payload_zstd boolean, key_id text, deliver_at timestamptz, fault text,
+                 stall_ms integer, next_due_ms bigint, paused boolean)
 LANGUAGE plpgsql VOLATILE
 SET plan_cache_mode = force_custom_plan
 -- Every statement here is an index walk under a LIMIT or a probe by key, by design; with these off the
@@ -360,8 +390,9 @@ DECLARE
     r        record;
 BEGIN
     IF coalesce((SELECT s.sweeper_paused FROM queen_timer_switches s WHERE s.tenant = '*'), false) THEN
-        RETURN QUERY SELECT NULL::text, NULL::text, NULL::text, NULL::text, NULL::bytea, NULL::boolean,
-                            NULL::text, NULL::timestamptz, NULL::text, NULL::integer, NULL::bigint, true;
+        RETURN QUERY SELECT NULL::text, NULL::text, NULL::text, NULL::text, NULL::uuid, NULL::tid, NULL::bytea,
+                            NULL::boolean, NULL::text, NULL::timestamptz, NULL::text, NULL::integer, NULL::bigint,
+                            true;
         RETURN;
     END IF;
 
@@ -442,14 +473,20 @@ BEGIN
             ),
             -- Nested loops read lazily: partition after partition (in candidate order), each one's
             -- earliest due rows, until the tenant's slice, then the batch, is full; nothing more is read.
-            pick AS (
-                SELECT y.te, y.queue, y.timer_key
+            -- Each row is read once, from the partition walk, with what the fire needs; nothing is
+            -- locked or written: the partitions are ours until this transaction ends (the advisory
+            -- locks above), and the fire deletes by ctid only a row that still has the message id read
+            -- here, so a row cancelled or rescheduled meanwhile is not fired.
+            claimed AS MATERIALIZED (
+                SELECT y.*
                 FROM (SELECT ften.te, ften.tr FROM ften ORDER BY ften.tr) ft
                 CROSS JOIN LATERAL (
-                    SELECT f.te, x.queue, x.timer_key
+                    SELECT x.*
                     FROM (SELECT f2.te, f2.q, f2.p, f2.pr FROM free f2 WHERE f2.te = ft.te ORDER BY f2.pr) f
                     CROSS JOIN LATERAL (
-                        SELECT t.queue, t.timer_key FROM queen_timers t
+                        SELECT t.tenant, t.queue, t.timer_key, t.partition, t.message_id, t.payload,
+                               t.payload_zstd, t.key_id, t.deliver_at, t.ctid AS tid
+                        FROM queen_timers t
                         WHERE t.tenant = f.te AND t.queue = f.q AND t.partition = f.p AND t.due_at <= now()
                         ORDER BY t.due_at
                         LIMIT v_slice
@@ -457,26 +494,6 @@ BEGIN
                     LIMIT v_slice
                 ) y
                 LIMIT p_batch
-            ),
-            -- Lock the picked rows by key (primary key only: no condition on due_at here, which would
-            -- let the planner serve the lookup from a due index), then keep those still due in the
-            -- version just locked: a row another claimer stamped and committed meanwhile is due later.
-            locked AS MATERIALIZED (
-                SELECT t.tenant AS te, t.queue, t.timer_key, t.due_at
-                FROM queen_timers t JOIN pick ON t.tenant = pick.te AND t.queue = pick.queue AND t.timer_key = pick.timer_key
-                FOR UPDATE OF t SKIP LOCKED
-            ),
-            due AS (
-                SELECT l.te, l.queue, l.timer_key FROM locked l WHERE l.due_at <= now()
-            ),
-            claimed AS (
-                UPDATE queen_timers t
-                   SET claim_token = p_token, claimed_until = st.until, due_at = st.until,
-                       claimed_by = p_claimed_by
-                FROM due, (SELECT clock_timestamp() + p_lease_ms * interval '1 millisecond' AS until) st
-                WHERE t.tenant = due.te AND t.queue = due.queue AND t.timer_key = due.timer_key
-                RETURNING t.tenant, t.queue, t.timer_key, t.partition, t.payload, t.payload_zstd, t.key_id,
-                          t.deliver_at
             ),
             numbered AS (
                 SELECT c.*, row_number() OVER (PARTITION BY c.tenant, c.queue ORDER BY c.deliver_at, c.timer_key) AS rn
@@ -493,8 +510,8 @@ BEGIN
                   AND old.tenant = f.tenant AND old.queue = f.queue
                 RETURNING f.tenant, f.queue, f.failure_class, f.stall_ms, least(old.remaining, counts.n) AS took
             )
-            SELECT n.tenant, n.queue, n.timer_key, n.partition, n.payload, n.payload_zstd, n.key_id,
-                   n.deliver_at,
+            SELECT n.tenant, n.queue, n.timer_key, n.partition, n.message_id, n.tid, n.payload,
+                   n.payload_zstd, n.key_id, n.deliver_at,
                    CASE WHEN tk.took IS NOT NULL AND n.rn <= tk.took THEN tk.failure_class END,
                    CASE WHEN tk.took IS NOT NULL AND n.rn <= tk.took THEN tk.stall_ms END,
                    NULL::bigint, false
@@ -507,13 +524,79 @@ BEGIN
 
     IF v_rows < p_batch THEN
         RETURN QUERY
-        SELECT NULL::text, NULL::text, NULL::text, NULL::text, NULL::bytea, NULL::boolean, NULL::text,
-               NULL::timestamptz, NULL::text, NULL::integer,
+        SELECT NULL::text, NULL::text, NULL::text, NULL::text, NULL::uuid, NULL::tid, NULL::bytea,
+               NULL::boolean, NULL::text, NULL::timestamptz, NULL::text, NULL::integer,
                ceil(extract(epoch FROM min(x.d) - now()) * 1000)::bigint, false
         FROM queen_tenants qt
         CROSS JOIN LATERAL (SELECT t.due_at AS d FROM queen_timers t WHERE t.tenant = qt.tenant
                               AND t.due_at IS NOT NULL
                             ORDER BY t.due_at LIMIT 1) x;
     END IF;
+END
+$$;
+
+-- queen_timers_lease: stamp rows just taken (matched by key and message id, so only the version the
+-- taker read) with p_token and a lease: claimed_until = due_at = clock_timestamp() + p_lease_ms,
+-- measured when the stamp is written, so a slow take does not eat its own lease (a 19 s claim once
+-- left 11 s of a 30 s lease). A leased row answers too_late to a cancel or reschedule and reads
+-- claimed: true until queen_timers_fire (by token) deletes it, its lease expires, or it is handed back.
+CREATE OR REPLACE FUNCTION queen_timers_lease(
+    p_token      uuid,
+    p_lease_ms   bigint,
+    p_claimed_by text,
+    p_tenants    text[],
+    p_queues     text[],
+    p_keys       text[],
+    p_ids        uuid[]
+) RETURNS TABLE (tenant text, queue text, timer_key text, claimed_until timestamptz)
+LANGUAGE sql VOLATILE
+SET plan_cache_mode = force_custom_plan
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+AS $$
+    UPDATE queen_timers t
+       SET claim_token = p_token, claimed_until = st.until, due_at = st.until, claimed_by = p_claimed_by
+    FROM unnest(p_tenants, p_queues, p_keys, p_ids) AS u(te, q, k, id),
+         (SELECT clock_timestamp() + p_lease_ms * interval '1 millisecond' AS until) st
+    WHERE t.tenant = u.te AND t.queue = u.q AND t.timer_key = u.k AND t.message_id = u.id
+    RETURNING t.tenant, t.queue, t.timer_key, t.claimed_until
+$$;
+
+-- queen_timers_claim: take + lease in one call (the shape of a cycle that holds rows outside a
+-- transaction). Same rows, order and trailing next_due_ms row as queen_timers_take, without the
+-- message id; a taken row that a concurrent cancel or reschedule changed before the stamp is left out.
+CREATE OR REPLACE FUNCTION queen_timers_claim(
+    p_token      uuid,
+    p_lease_ms   bigint,
+    p_batch      integer,
+    p_cursor     text,
+    p_claimed_by text,
+    p_faults     boolean,
+    p_slice_cap  integer
+) RETURNS TABLE (tenant text, queue text, timer_key text, partition text, payload bytea,
+                 payload_zstd boolean, key_id text, deliver_at timestamptz, fault text, stall_ms integer,
+                 next_due_ms bigint, paused boolean)
+LANGUAGE plpgsql VOLATILE
+SET plan_cache_mode = force_custom_plan
+AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH t AS MATERIALIZED (
+        SELECT * FROM queen_timers_take(p_batch, p_cursor, p_faults, p_slice_cap)
+    ),
+    l AS (
+        SELECT l.* FROM (SELECT array_agg(t.tenant) AS te, array_agg(t.queue) AS q, array_agg(t.timer_key) AS k,
+                                array_agg(t.message_id) AS id
+                         FROM t WHERE t.tenant IS NOT NULL) a
+        CROSS JOIN LATERAL queen_timers_lease(p_token, p_lease_ms, p_claimed_by, a.te, a.q, a.k, a.id) l
+        WHERE a.te IS NOT NULL
+    )
+    SELECT t.tenant, t.queue, t.timer_key, t.partition, t.payload, t.payload_zstd, t.key_id, t.deliver_at,
+           t.fault, t.stall_ms, t.next_due_ms, t.paused
+    FROM t LEFT JOIN l ON l.tenant = t.tenant AND l.queue = t.queue AND l.timer_key = t.timer_key
+    WHERE t.tenant IS NULL OR l.tenant IS NOT NULL
+    ORDER BY t.tenant IS NULL, t.tenant, t.queue, t.partition, t.deliver_at, t.timer_key;
 END
 $$;

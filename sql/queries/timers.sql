@@ -8,6 +8,22 @@ FROM queen_timers_apply($1::text, $2::text, $3::boolean, $4::bigint, $5::text[],
                         $8::text[], $9::text[], $10::uuid[], $11::bytea[], $12::boolean[], $13::text[],
                         $14::bigint[]);
 
+-- name: timers_schedule
+-- POST /api/v1/timers: queen_timers_apply and the meter of the promises it made (scheduled and
+-- rescheduled) in ONE statement, run in autocommit: one transaction, one round trip. $15 = the
+-- metering period in seconds.
+WITH r AS MATERIALIZED (
+    SELECT idx, status, txn, message_id, deliver_at
+    FROM queen_timers_apply($1::text, $2::text, $3::boolean, $4::bigint, $5::text[], $6::text[], $7::text[],
+                            $8::text[], $9::text[], $10::uuid[], $11::bytea[], $12::boolean[], $13::text[],
+                            $14::bigint[])
+),
+m AS MATERIALIZED (
+    SELECT queen_meter($1::text, $15::integer,
+                       (SELECT count(*) FROM r WHERE r.status IN ('scheduled', 'rescheduled')), 0::bigint) AS done
+)
+SELECT r.idx, r.status, r.txn, r.message_id, r.deliver_at FROM r CROSS JOIN m ORDER BY r.idx;
+
 -- name: timers_encrypting_queues
 SELECT name FROM queen_queues
 WHERE tenant = $1 AND name = ANY($2::text[]) AND encryption_enabled;
@@ -29,15 +45,39 @@ WHERE tenant = $1 AND queue = $2 AND ($3::text IS NULL OR timer_key > $3::text C
 ORDER BY timer_key
 LIMIT $4;
 
+-- name: timers_sweeper_session
+-- The sweeper's own connection: a fire transaction left idle longer than the lease (a hung sweeper) is
+-- ended by the database, which rolls it back and frees its partitions; $1 in ms.
+SELECT set_config('idle_in_transaction_session_timeout', $1::bigint::text, false);
+
+-- name: timers_take
+-- Inside the sweeper's fire transaction (queen_timers_take: partition-exclusive, writes nothing).
+SELECT tenant, queue, timer_key, partition, message_id, tid, payload, payload_zstd, key_id, deliver_at,
+       fault, stall_ms, next_due_ms, paused
+FROM queen_timers_take($1::integer, $2::text, $3::boolean, $4::integer);
+
+-- name: timers_fire_taken
+-- Rows taken in this (open) transaction; an error comes back as a row of kind 'error'.
+SELECT kind, tenant, queue, timer_key, lag_s
+FROM queen_timers_fire(NULL, $1::text[], $2::text[], $3::text[], $4::uuid[], $5::tid[], $6::bytea[],
+                       $7::smallint[], $8::text[], $9::text[], $10::text[], $11::uuid[], $12::text[],
+                       $13::integer[], $14::boolean[], $15::integer, $16::bigint, $17::bigint);
+
+-- name: timers_lease
+-- Rows taken in this transaction that must be held past it (an injected stall): stamp a lease.
+SELECT tenant, queue, timer_key, claimed_until
+FROM queen_timers_lease($1::uuid, $2::bigint, $3::text, $4::text[], $5::text[], $6::text[], $7::uuid[]);
+
 -- name: timers_claim
 SELECT tenant, queue, timer_key, partition, payload, payload_zstd, key_id, deliver_at, fault, stall_ms,
        next_due_ms, paused
 FROM queen_timers_claim($1::uuid, $2::bigint, $3::integer, $4::text, $5::text, $6::boolean, $7::integer);
 
 -- name: timers_fire
+-- Leased rows (those still holding the token $1), in autocommit.
 SELECT kind, tenant, queue, timer_key, lag_s
-FROM queen_timers_fire($1::uuid, $2::text[], $3::text[], $4::text[], $5::bytea[], $6::smallint[],
-                       $7::text[], $8::text[], $9::text[], $10::text[], $11::integer[], $12::boolean[],
+FROM queen_timers_fire($1::uuid, $2::text[], $3::text[], $4::text[], NULL, NULL, $5::bytea[], $6::smallint[],
+                       $7::text[], $8::text[], $9::text[], NULL, $10::text[], $11::integer[], $12::boolean[],
                        $13::integer, $14::bigint, $15::bigint);
 
 -- name: timers_release_claims
