@@ -21,6 +21,7 @@ from broker.http import (
     openapi,
     queues,
     reads,
+    streams,
     test_hooks,
     timers,
     traces,
@@ -31,4 +32,5 @@ from broker.http import (
 ROUTE_MODULES = [health, metrics, admin, admin_limits, kv, usage, queues, messages, transactions]
 ROUTE_MODULES += [timers, admin_timers, test_hooks, console, openapi]
 ROUTE_MODULES += [consumer_groups, monitoring, traces, reads]
+ROUTE_MODULES += [streams]
 ROUTE_MODULES += [ephemeral]
