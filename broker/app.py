@@ -35,6 +35,10 @@ from broker.store.pool import create_pool
 
 log = logging.getLogger("queen.app")
 
+# Paths behind the boot flag and authentication: the client's routes (/api/, the streams SDK's
+# /streams/) and the operator's (/admin/).
+AUTHENTICATED_PREFIXES = ("/api/", "/streams/", "/admin/")
+
 
 class Router(UrlDispatcher):
     """Collapses repeated slashes before routing: the official client joins ``base_url + path``
@@ -105,7 +109,7 @@ async def boot_auth_middleware(request: web.Request, handler: Callable[[web.Requ
     # The path as routed (repeated slashes collapsed, as Router does): "//api/v1/..." reaches an /api
     # handler, so it must not skip the boot flag and authentication.
     path = Router.collapse(request.path)
-    if path.startswith("/api/") or path.startswith("/admin/"):
+    if path.startswith(AUTHENTICATED_PREFIXES):
         b = request.app[BROKER]
         if not b.ready:
             raise errors.booting(f"the broker is starting: {b.boot_reason}")

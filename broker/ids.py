@@ -1,4 +1,8 @@
-"""UUIDv7 message ids: 48-bit Unix milliseconds, then random bits, so ids sort by mint time."""
+"""UUIDv7 message ids: 48-bit Unix milliseconds, a 12-bit sequence, then random bits, so ids sort by mint
+time, and ids minted by one process in the same millisecond sort in the order they were minted (the
+12-bit field counts up within the millisecond, RFC 9562 §6.2 method 1). The official client orders a
+popped batch by (createdAt, id): one push's items share createdAt, so their ids must keep item order
+for the client's order to be the log's offset order (its streams runtime acks "the first N" of a batch)."""
 
 from __future__ import annotations
 
@@ -6,13 +10,25 @@ import os
 import time
 import uuid
 
+_SEQ_BITS = 12
+_SEQ_MAX = (1 << _SEQ_BITS) - 1
+_last_ms = 0
+_seq = 0
+
 
 def uuid7() -> uuid.UUID:
+    global _last_ms, _seq
     ms = time.time_ns() // 1_000_000
-    rand = int.from_bytes(os.urandom(10), "big")
-    value = (ms & ((1 << 48) - 1)) << 80
+    rand = int.from_bytes(os.urandom(9), "big")  # 72 bits: 62 for rand_b, 10 for a sequence start
+    if ms > _last_ms:
+        _last_ms, _seq = ms, rand >> 62  # a random start in the lower quarter leaves room to count
+    elif _seq < _SEQ_MAX:
+        _seq += 1  # same millisecond (or the clock stepped back): count up
+    else:
+        _last_ms, _seq = _last_ms + 1, 0  # 4,096 ids in one millisecond: borrow the next one
+    value = (_last_ms & ((1 << 48) - 1)) << 80
     value |= 0x7 << 76  # version 7
-    value |= ((rand >> 62) & 0xFFF) << 64  # rand_a, 12 bits
+    value |= _seq << 64  # rand_a: the sequence
     value |= 0b10 << 62  # RFC 4122 variant
     value |= rand & ((1 << 62) - 1)  # rand_b, 62 bits
     return uuid.UUID(int=value)

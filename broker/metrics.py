@@ -23,7 +23,7 @@ HTTP_LATENCY = Histogram(
     "queen_http_request_duration_seconds", "HTTP request latency by route and method", ["route", "method"], buckets=LATENCY_BUCKETS
 )
 
-MESSAGES_PUSHED = Counter("queen_messages_pushed_total", "Messages written to the log (push, transaction, timer fire)", ["source"])
+MESSAGES_PUSHED = Counter("queen_messages_pushed_total", "Messages written to the log (push, transaction, timer fire, stream cycle)", ["source"])
 MESSAGES_POPPED = Counter("queen_messages_popped_total", "Messages handed to consumers")
 MESSAGES_EXPIRED = Counter("queen_messages_expired_total", "Messages whose deadline passed before a pop; moved to the DLQ")
 EPHEMERAL_MESSAGES = Counter("queen_ephemeral_messages_total",

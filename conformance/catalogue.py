@@ -743,6 +743,37 @@ CONTRACTS: tuple[C, ...] = (
       "POST /api/v1/partitions/changed lists a queue's partitions in creation order, paged by the `next` "
       "cursor, only those written at or after `since`, with a safeTime that, passed back as `since`, shows "
       "exactly the partitions written after it; safeTime strings compare in time order."),
+    # ---------------------------------------------------------------- the streams SDK's routes (docs/protocol.md §11)
+    C("STR-REGISTER", "docs/protocol.md §11.1",
+      "POST /streams/v1/queries finds a query by name within the tenant: the first registration answers "
+      "fresh: true, the next ones the same query_id with fresh: false; another config_hash is 409 "
+      "config_hash_mismatch and changes nothing, unless reset is true: then the query's state is dropped "
+      "and reset: true answered."),
+    C("STR-CYCLE-COMMIT", "docs/protocol.md §11.2",
+      "A cycle with state ops, sink items and an ack of a popped batch answers success: true; the state "
+      "reads back, the sink queue holds the items and the batch is done for the consumer group."),
+    C("STR-CYCLE-ALL-OR-NOTHING", "docs/protocol.md §11.2",
+      "A cycle whose ack names a lease the group does not hold answers 200 success: false, reason "
+      "lease_invalid, and applies nothing: no state, no sink message, the batch still leased."),
+    C("STR-CYCLE-REPLAY", "docs/protocol.md §11.2",
+      "A cycle sent again after it committed (its ack's message already done) answers success: true, "
+      "duplicate: true and applies nothing again."),
+    C("STR-CYCLE-PARTIAL-ACK", "docs/protocol.md §11.2",
+      "An ack of the first count messages of a batch with release_lease: true delivers the rest again at "
+      "once; with release_lease: false the partition stays held until the lease ends, then the rest comes "
+      "back without a failure counted (deliveryAttempt 1, nothing dead-lettered)."),
+    C("STR-STATE-GET", "docs/protocol.md §11.3",
+      "POST /streams/v1/state/get answers a (query, partition)'s rows: every row for empty keys, the named "
+      "keys only, keys under key_prefix, and with ripe_at_or_before only rows whose numeric windowEnd is at "
+      "or before it; a delete in a cycle removes the row; another partition has its own rows."),
+    C("STR-UNKNOWN-QUERY", "docs/protocol.md §11.2",
+      "A cycle or state read of a query_id that was never registered is 404 stream_query_not_found."),
+    C("STR-TENANCY", "docs/protocol.md §11",
+      "Another tenant's query does not exist: its cycles and state reads are 404 stream_query_not_found and "
+      "change nothing."),
+    C("STR-MALFORMED", "docs/protocol.md §11",
+      "A malformed registration, cycle or state read (missing or mistyped fields, an unknown op type, an "
+      "ack status other than completed) is 400 in the envelope and changes nothing."),
     # ---------------------------------------------------------------- ephemeral queues (docs/protocol.md §6)
     C("EPH-CONFIGURE", E6,
       "POST /api/v1/ephemeral/configure answers the declaration with every effective option (the ones not "

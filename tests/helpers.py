@@ -326,6 +326,30 @@ class Api:
 
     def lock_one(self, op: dict) -> dict:
         return self.lock_results(op)[0]
+    # -- streams (/streams/v1/*)
+    def stream_register(self, name: str, source: str, config_hash: str = "h1", **extra: Any) -> httpx.Response:
+        return self.http.post("/streams/v1/queries", json={"name": name, "source_queue": source,
+                                                           "config_hash": config_hash, "reset": False, **extra})
+
+    def stream_query(self, name: str, source: str, config_hash: str = "h1", **extra: Any) -> str:
+        """Register a stream query; asserts 200 and returns its query id."""
+        r = self.stream_register(name, source, config_hash, **extra)
+        assert r.status_code == 200, r.text
+        return r.json()["query_id"]
+
+    def cycle(self, query_id: str, partition_id: str, *, group: str = "g", state_ops: list | None = None,
+              push_items: list | None = None, ack: dict | None = None, **extra: Any) -> httpx.Response:
+        return self.http.post("/streams/v1/cycle", json={
+            "query_id": query_id, "partition_id": partition_id, "consumer_group": group,
+            "state_ops": state_ops or [], "push_items": push_items or [], "ack": ack, **extra})
+
+    def state(self, query_id: str, partition_id: str, keys: Sequence[str] = (), **extra: Any) -> dict:
+        """``{key: value}`` of one (query, partition); asserts 200."""
+        r = self.http.post("/streams/v1/state/get", json={"query_id": query_id, "partition_id": partition_id,
+                                                          "keys": list(keys), **extra})
+        assert r.status_code == 200, r.text
+        return {row["key"]: row["value"] for row in r.json()["rows"]}
+
     # -- ephemeral queues (/api/v1/ephemeral/*)
     def eph_configure(self, queue: str, **options: Any) -> dict:
         r = self.http.post("/api/v1/ephemeral/configure", json={"queue": queue, "options": options})

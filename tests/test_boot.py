@@ -39,7 +39,8 @@ def test_booting_until_the_database_comes_up(controlled_pg, start_broker):
         with httpx.Client(base_url=b.url, timeout=5) as c:
             h = c.get("/health")
             assert h.status_code == 503 and h.headers["Retry-After"].isdigit()
-            for method, path in (("GET", "/api/v1/whoami"), ("POST", "/api/v1/admin/ping"), ("GET", "/api/v1/no-such-route"), ("GET", "//api/v1/whoami")):
+            for method, path in (("GET", "/api/v1/whoami"), ("POST", "/api/v1/admin/ping"), ("GET", "/api/v1/no-such-route"), ("GET", "//api/v1/whoami"),
+                                 ("POST", "/streams/v1/cycle")):
                 r = c.request(method, b.url + path)  # absolute: a base_url client would eat the "//"
                 assert r.status_code == 503, (path, r.text)
                 assert r.json()["error"] == "booting"

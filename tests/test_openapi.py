@@ -10,7 +10,7 @@ import uuid
 import pytest
 from openapi_spec_validator import validate
 
-from broker.app import create_app
+from broker.app import AUTHENTICATED_PREFIXES, create_app
 from broker.config import Settings
 from broker.http.openapi import document
 
@@ -53,7 +53,7 @@ def _operations():  # type: ignore[no-untyped-def]
 
 def test_api_operations_document_auth_and_unavailable_and_open_routes_need_no_credential():
     for path, method, op in _operations():
-        if path.startswith("/api/") and path != "/api/v1/health":
+        if path.startswith(AUTHENTICATED_PREFIXES) and path != "/api/v1/health":
             assert {"401", "503"} <= set(op["responses"]), f"{method} {path}"
             assert "security" not in op, f"{method} {path}: the document-wide bearer scheme applies"
         else:

@@ -22,6 +22,7 @@ from broker.http import (
     openapi,
     queues,
     reads,
+    streams,
     test_hooks,
     timers,
     traces,
@@ -33,4 +34,5 @@ ROUTE_MODULES = [health, metrics, admin, admin_limits, kv, usage, queues, messag
 ROUTE_MODULES += [timers, admin_timers, test_hooks, console, openapi]
 ROUTE_MODULES += [consumer_groups, monitoring, traces, reads]
 ROUTE_MODULES += [locks]
+ROUTE_MODULES += [streams]
 ROUTE_MODULES += [ephemeral]
