@@ -18,7 +18,6 @@ import itertools
 from pathlib import Path
 
 import asyncpg
-import pytest
 
 from broker.codec import Codec
 from broker.store.queries import parse as parse_queries
@@ -28,13 +27,6 @@ N = 1000
 ROUNDS = 12
 SQL = parse_queries((Path(__file__).parent / "sql" / "sweep.sql").read_text())
 _seq = itertools.count()
-
-
-@pytest.fixture
-def loop():  # type: ignore[no-untyped-def]
-    lp = asyncio.new_event_loop()
-    yield lp
-    lp.close()
 
 
 def _seed(loop: asyncio.AbstractEventLoop, conn: asyncpg.Connection, tenant: str) -> None:

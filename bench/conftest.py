@@ -4,7 +4,8 @@
   The default test run never sees them: pyproject's testpaths is ``["tests"]``.
 - ``bench_pg``: one PostgreSQL for the session (``QUEEN_BENCH_DATABASE_URL`` if set, else an embedded
   one in a temporary directory); ``bench_db``: a fresh, migrated database on it (DSN);
-  ``bench_broker``: a real ``queen serve`` (2 workers) on its own database, for benches over HTTP.
+  ``bench_broker``: a real ``queen serve`` (2 workers) on its own database, for benches over HTTP;
+  ``loop``: an event loop of the test's own.
 - Every bench sets ``benchmark.group`` and ``benchmark.extra_info["role"]`` to ``"baseline"`` or
   ``"ours"``; at the end the median of "ours" is divided by the median of "baseline" of the same group and
   printed as ``ratio``: how many times the baseline's cost our code pays (1.00 = no overhead).
@@ -86,6 +87,14 @@ def bench_pg() -> Iterator[BenchPg]:
     finally:
         emb.stop()
         shutil.rmtree(data, ignore_errors=True)
+
+
+@pytest.fixture
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    """An event loop of the test's own, for benches that time ``loop.run_until_complete(...)`` rounds."""
+    lp = asyncio.new_event_loop()
+    yield lp
+    lp.close()
 
 
 @pytest.fixture(scope="session")

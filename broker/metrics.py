@@ -51,6 +51,7 @@ SWEEP_SLEEP = Histogram("queen_sweeper_sleep_seconds", "Planned sleep between sw
 LOOP_RESTARTS = Counter("queen_loop_restarts_total", "Background loops restarted after a crash", ["loop"])
 KV_OPS = Counter("queen_kv_ops_total", "KV operations by op", ["op"])
 KV_PRUNED = Counter("queen_kv_pruned_total", "Expired KV rows removed by the pruner")
+LOCK_OPS = Counter("queen_lock_ops_total", "Lock operations by op and verdict (granted, refused)", ["op", "verdict"])
 LOG_PRUNED = Counter("queen_log_pruned_total", "Messages removed from the log by queue retention")
 LIMIT_REFUSALS = Counter("queen_limit_refusals_total", "Requests refused by a limit rung", ["code"])
 

@@ -20,6 +20,8 @@ Sources:
          edges the target states (horizon, max payload) are read from GET /api/v1/usage.
   XB   = the README's "Multiple brokers on one database": contracts that need two --url of one deployment
          (NOT VERIFIED with one).
+  LCK  = docs/protocol.md §5 and docs/decisions.md §8: locks and semaphores (POST /api/v1/locks), their
+         fencing tokens, and the guard inside a transaction.
   EPH  = docs/protocol.md §6: the ephemeral queues (/api/v1/ephemeral/*).
 
 ``queen conformance --list`` prints every id with its sentence and the tests that check it.
@@ -517,6 +519,13 @@ CONTRACTS: tuple[C, ...] = (
     C("EDGE-RETRY-AFTER", "README / Plans and degradation rungs / README / Errors",
       "Retry-After is whole seconds: rate_limited at 1 message/s says exactly 1 (the bucket holds one second "
       "of rate), quota_exceeded says the seconds until the period resets (within 2 s, by the answer's Date)."),
+    C("EDGE-LCK-OPS", "docs/protocol.md §5 / docs/decisions.md §8",
+      "A locks call of 64 ops is answered; 65 is 400 locks_too_many_ops and changes nothing."),
+    C("EDGE-LCK-NAME-BYTES", "docs/protocol.md §5",
+      "A lock name (and an owner) of exactly 256 UTF-8 bytes is accepted; 257 is 400 and takes nothing."),
+    C("EDGE-LCK-LIMIT", "docs/protocol.md §5",
+      "A semaphore limit of 1024 is accepted and 1025 (or 0) refused 400; four acquires of limit 1024 (4096 slot "
+      "rows) go in one call, one more op is 400 locks_too_many_slots."),
     # ---------------------------------------------------------------- a deployment: several brokers on one database
     C("XB-PUSH-POP", "README / Multiple brokers on one database",
       "A message pushed on one broker is popped, acked and deduplicated on another of the same deployment."),
@@ -609,6 +618,51 @@ CONTRACTS: tuple[C, ...] = (
       "No 500 for anything a client can send (a battery of garbage requests to every surface)."),
     C("ENV-UNAUTHENTICATED", "auth / errors.py",
       "With authentication on, a request without a credential is 401 in the envelope."),
+    # ---------------------------------------------------------------- locks and semaphores (docs/protocol.md §5, docs/decisions.md §8)
+    C("LCK-RESULT-PER-OP", "docs/protocol.md §5",
+      "POST /api/v1/locks answers 200 {results} with exactly one result per op, in order; verdicts are fields: "
+      "a lock held by somebody else is a 200 with acquired: false, never an error status."),
+    C("LCK-ACQUIRE", "docs/protocol.md §5",
+      "An acquire of a free lock answers {acquired: true, slot: 0, token, owner, guard}; the guard is the KV op "
+      "{op: check, ns: queen-locks, key: <name>#<slot>, expect: <token>, required: true}; an acquire naming no "
+      "owner gets one minted and answered."),
+    C("LCK-HELD", "docs/protocol.md §5",
+      "Another owner's acquire of a held lock answers acquired: false, reason held, with the holders "
+      "[{slot, owner, token, since, expiresAt, renewedAt}]; get answers {held, holders} in the same shape."),
+    C("LCK-ALREADY", "docs/protocol.md §5",
+      "The same owner acquiring a lock it holds again is answered the permit it has: same slot and token, "
+      "already: true."),
+    C("LCK-RENEW-NEW-TOKEN", "docs/protocol.md §5",
+      "A renew answers renewed: true with a NEW, larger token and its guard; the previous token renews and "
+      "releases no more (renewed/released false, reason lost), unless the renew names the permit's owner."),
+    C("LCK-RELEASE", "docs/protocol.md §5",
+      "A release with the permit's current token answers released: true and the lock is free (get held: "
+      "false); a second release, or one with another token, answers released: false, reason lost."),
+    C("LCK-EXPIRY", "docs/protocol.md §5",
+      "A permit expires ttlSeconds after its acquire or renew, by the database clock: get no longer lists it, "
+      "its renew answers lost, and another owner acquires it with a larger token."),
+    C("LCK-TOKEN-RISES", "docs/protocol.md §5 / docs/decisions.md §8",
+      "The token of a permit row only rises: every acquire and renew of a lock, across releases and new "
+      "owners, answers a token greater than every one before it."),
+    C("LCK-SEMAPHORE", "docs/protocol.md §5",
+      "With limit N at most N owners hold permits, each in its own slot 0..N-1; the next acquire answers held; "
+      "a release frees its slot for the next acquirer."),
+    C("LCK-CONCURRENT", "docs/protocol.md §5",
+      "Of N concurrent acquires of a semaphore of limit k, exactly k are granted, in k distinct slots."),
+    C("LCK-GUARD-TXN", "docs/protocol.md §2.6 / §5",
+      "A transaction whose kv array starts with a permit's guard commits while the permit is held; once the "
+      "permit is released and taken by another owner it answers 200 success: false, reason kv_precondition, "
+      "failedIndex in the flat space, kvReason version and value.owner the new holder, and applies nothing."),
+    C("LCK-PERMIT-KV-ROW", "docs/decisions.md §8",
+      "A permit is readable as the KV row queen-locks/<name>#<slot> (version = token, value.owner the holder); "
+      "KV writes into the namespace queen-locks are refused 400 kv_reserved_namespace."),
+    C("LCK-REFUSALS", "docs/protocol.md §5",
+      "Bad names (empty, with # or a control character), owners, limits, tokens (not an integer > 0), "
+      "ttlSeconds (not an integer > 0), unknown ops or fields, a tenant field and a lock named twice in one "
+      "call are 400 locks_bad_request in the envelope and take nothing."),
+    C("LCK-TENANT-ISOLATION", "docs/protocol.md §5 / house rules",
+      "Another tenant's lock of the same name is another lock: it reads as free, its token releases nothing, "
+      "and its guard loses in this tenant's transaction."),
     # ---------------------------------------------------------------- the official client's surface (docs/decisions.md §7)
     C("CLI-DELETE-MISSING-QUEUE", "docs/protocol.md §2.2 / docs/decisions.md §7",
       "Deleting a queue that does not exist answers 200 {deleted: false} without error; deleting one that "

@@ -289,6 +289,22 @@ class Api:
         assert len(data["results"]) == len(ops), f"results not index-aligned: {data}"
         return data["results"]
 
+    # ----------------------------------------------------------------- locks
+    def locks(self, ops: list[dict[str, Any]]) -> httpx.Response:
+        return self.http.post("/api/v1/locks", json={"operations": ops})
+
+    def locks_ok(self, ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        resp = self.locks(ops)
+        if resp.status_code == 404:
+            not_verified("the target has no POST /api/v1/locks")
+        data = expect(resp, 200)
+        assert isinstance(data, dict) and isinstance(data.get("results"), list), data
+        assert len(data["results"]) == len(ops), f"not one result per op: {data}"
+        return data["results"]
+
+    def lock(self, op: dict[str, Any]) -> dict[str, Any]:
+        return self.locks_ok([op])[0]
+
     def usage(self) -> dict[str, Any]:
         resp = self.http.get("/api/v1/usage")
         if resp.status_code == 404:

@@ -658,6 +658,41 @@ def dlq_limit_rejected(req: Req, st: dict[str, Any]) -> Req | Resp:
     return req
 
 
+def _lock_ops(req: Req) -> list[Any]:
+    try:
+        data = json.loads(req.body) if req.body else None
+    except ValueError:
+        return []
+    if req.method == "POST" and req.path == "/api/v1/locks" and isinstance(data, dict):
+        ops = data.get("operations")
+        return ops if isinstance(ops, list) else []
+    return []
+
+
+def lock_renew_same_token(req: Req, resp: Resp, st: dict[str, Any]) -> Resp:
+    """A renew that extends the permit but answers (and keeps) the token it was given."""
+    data = resp.json()
+    ops = _lock_ops(req)
+    if not ops or not isinstance(data, dict) or not isinstance(data.get("results"), list):
+        return resp
+    for op, r in zip(ops, data["results"], strict=False):
+        if isinstance(op, dict) and op.get("op") == "renew" and isinstance(r, dict) and r.get("renewed"):
+            r["token"] = op.get("token")
+            if isinstance(r.get("guard"), dict):
+                r["guard"]["expect"] = op.get("token")
+    resp.set_json(data)
+    return resp
+
+
+def lock_limit_ignored(req: Req, st: dict[str, Any]) -> Req | Resp:
+    """Every semaphore is a lock: the acquire's limit is dropped."""
+    ops = _lock_ops(req)
+    if any(isinstance(op, dict) and "limit" in op for op in ops):
+        req.body = json.dumps({"operations": [{k: v for k, v in op.items() if k != "limit"} if isinstance(op, dict)
+                                              else op for op in ops]}).encode()
+    return req
+
+
 MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("absent-ok-true", ("TMR-ABSENT-OK-FALSE",), "absent answered with ok: true", on_response=absent_ok_true),
     Mutant("hint-dropped", ("TMR-BLOCKED-HINT",), "the x-queen-timers-hint header is dropped", on_response=hint_dropped),
@@ -777,6 +812,11 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("list-clamp-999", ("EDGE-TMR-LIST-CLAMP",), "the timer list limit clamped to 999", on_request=list_clamp_999),
     Mutant("dlq-limit-rejected", ("EDGE-DLQ-LIMIT-CLAMP",), "the DLQ list limit rejected instead of clamped",
            on_request=dlq_limit_rejected),
+    Mutant("lock-renew-same-token", ("LCK-RENEW-NEW-TOKEN", "LCK-TOKEN-RISES"),
+           "a lock renew keeps the token it was given instead of issuing a new one",
+           on_response=lock_renew_same_token),
+    Mutant("lock-limit-ignored", ("LCK-SEMAPHORE", "LCK-CONCURRENT"), "a semaphore's limit ignored: every one is a lock",
+           on_request=lock_limit_ignored),
     # ---- a deployment
     Mutant("lease-per-broker", ("XB-LEASE-SHARED",),
            "one broker of the deployment keeps leases to itself (its consumer groups are not the others')",

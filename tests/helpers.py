@@ -2,14 +2,15 @@
 
 - ``Api(http)``: the broker's HTTP routes over an ``httpx.Client``. The raw ones (``push_items``,
   ``push_n``, ``pop_response``, ``transaction``, ``timers``, ``cancel``, ``peek``, ``list_timers``,
-  ``kv``) return the ``httpx.Response`` untouched, so a test asserts what it means to
+  ``kv``, ``locks``) return the ``httpx.Response`` untouched, so a test asserts what it means to
   (``api.timers(op).status_code``); the others (``configure``, ``push``, ``push_each``, ``pop``,
   ``messages``, ``pop_until``, ``delivered``, ``ack``, ``ack_all``, ``lookup``, ``found``, ``tx``,
-  ``timer_results``, ``wait_fired``, ``kv_body``, ``kv_results``, ``kv_one``) first assert the status
-  every caller expects and return the body. Anything else goes to the ``httpx.Client``.
+  ``timer_results``, ``wait_fired``, ``kv_body``, ``kv_results``, ``kv_one``, ``lock_results``,
+  ``lock_one``) first assert the status every caller expects and return the body. Anything else goes
+  to the ``httpx.Client``.
 - ``authed(secret, broker, tenant, sub, grants)``: an ``Api`` whose client carries an HS256 token.
 - ``dedicated_broker(...)``: a module's own ``queen serve`` with its settings, as a context manager.
-- ``timer_op(...)``, ``push_op(...)``, ``ack_op(...)``, ``kv_put(...)``: request fragments.
+- ``timer_op(...)``, ``push_op(...)``, ``ack_op(...)``, ``kv_put(...)``, ``acquire_op(...)``: request fragments.
 - ``refused(r, status, code, reason)``: assert an error envelope.
 - ``wait_for(pred)``: poll until something truthy comes back (sync); ``await_delivered(client, ...)``:
   the same for a ``queen-mq`` client waiting on a timer's message.
@@ -147,6 +148,11 @@ def ack_op(m: dict, **kw: Any) -> dict:
     """A transaction ack operation completing the popped message ``m``."""
     return {"type": "ack", "transactionId": m["transactionId"], "partitionId": m["partitionId"], "status": "completed",
             "leaseId": m["leaseId"], **kw}
+
+
+def acquire_op(name: str, owner: str, ttl: int = 30, **kw: Any) -> dict:
+    """A lock acquire (``limit=`` makes it a semaphore's)."""
+    return {"op": "acquire", "name": name, "ttlSeconds": ttl, "owner": owner, **kw}
 
 
 def kv_put(ns: str, key: str, value: Any, **kw: Any) -> dict:
@@ -306,6 +312,20 @@ class Api:
         assert len(results) == 1
         return results[0]
 
+    # -- locks
+    def locks(self, *ops: dict) -> httpx.Response:
+        return self.http.post("/api/v1/locks", json={"operations": list(ops)})
+
+    def lock_results(self, *ops: dict) -> list[dict]:
+        """The results of a locks call; asserts 200 and exactly one result per op."""
+        r = self.locks(*ops)
+        assert r.status_code == 200, r.text
+        results = r.json()["results"]
+        assert len(results) == len(ops), results
+        return results
+
+    def lock_one(self, op: dict) -> dict:
+        return self.lock_results(op)[0]
     # -- streams (/streams/v1/*)
     def stream_register(self, name: str, source: str, config_hash: str = "h1", **extra: Any) -> httpx.Response:
         return self.http.post("/streams/v1/queries", json={"name": name, "source_queue": source,

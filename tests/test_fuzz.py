@@ -86,6 +86,8 @@ ROUTES: list[tuple[str, str, str]] = [
     ("POST", "/api/v1/traces", "body"), ("GET", "/api/v1/traces/names", "read"),
     ("GET", "/api/v1/traces/by-name/{name}", "read"), ("GET", "/api/v1/traces/{pid}/{txn}", "read"),
     ("POST", "/api/v1/fetch", "body"), ("POST", "/api/v1/partitions/changed", "body"),
+    # locks and semaphores
+    ("POST", "/api/v1/locks", "body"),
     # the streams SDK (docs/protocol.md §11)
     ("POST", "/streams/v1/queries", "body"), ("POST", "/streams/v1/cycle", "body"),
     ("POST", "/streams/v1/state/get", "read"),
@@ -316,7 +318,7 @@ FIELD_NAMES = ["queue", "partition", "payload", "items", "operations", "op", "ns
                "messages", "acks", "id", "group", "maxLength", "maxBytes", "policy", "windowBuffer",
                "name", "source_queue", "sink_queue", "config_hash", "reset", "query_id", "partition_id",
                "consumer_group", "state_ops", "push_items", "ack", "count", "release_lease", "key_prefix",
-               "ripe_at_or_before"]
+               "ripe_at_or_before", "owner", "token", "slot"]
 
 
 def skeleton(template: str, rng: random.Random, tag: str) -> object:
@@ -333,11 +335,16 @@ def skeleton(template: str, rng: random.Random, tag: str) -> object:
     timer_op = rng.choice([{"op": "schedule", "queue": q, "timerKey": f"k-{tag}", "delayMs": 60_000, "payload": {"a": tag}},
                            {"op": "cancel", "queue": q, "timerKey": "k1"}])
     push_item = {"queue": q, "partition": f"p-{tag}", "payload": {"n": tag}, "transactionId": f"t-{tag}"}
+    lock_op = rng.choice([{"op": "acquire", "name": f"l-{tag}", "ttlSeconds": 60, "owner": f"o-{tag}"},
+                          {"op": "acquire", "name": f"l-{tag}", "ttlSeconds": 60, "owner": f"o-{tag}", "limit": 3},
+                          {"op": "renew", "name": f"l-{tag}", "token": 1, "ttlSeconds": 60, "slot": 0},
+                          {"op": "release", "name": f"l-{tag}", "token": 1}, {"op": "get", "name": f"l-{tag}"}])
     return {
         "/api/v1/push": {"items": [push_item]},
         "/api/v1/ack": ack,
         "/api/v1/ack/batch": {"acknowledgments": [ack, dict(ack)], "consumerGroup": "g1"},
         "/api/v1/kv": {"operations": [kv_op]},
+        "/api/v1/locks": {"operations": [lock_op]},
         "/api/v1/kv/{ns}/{key}": {"v": tag},
         "/api/v1/timers": {"operations": [timer_op]},
         "/api/v1/transaction": {"operations": [{"type": "push", "items": [push_item]}, {"type": "ack", **ack}],
@@ -618,6 +625,7 @@ if given is not None:
         st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
         | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20)
         | st.sampled_from(["put", "get", "schedule", "cancel", "push", "ack", "completed", "ns1", "q1", "k1",
+                           "acquire", "renew", "release",
                            str(uuid.uuid4()), "2026-01-01T00:00:00Z", "9999-12-31T23:59:59-14:00"]),
         lambda children: st.lists(children, max_size=4)
         | st.dictionaries(st.sampled_from(FIELD_NAMES), children, max_size=6),
@@ -629,12 +637,14 @@ if given is not None:
     def test_parsers_raise_only_api_errors(body):
         from broker.errors import ApiError
         from broker.kv.ops import parse_body
+        from broker.locks.ops import parse_body as parse_locks
         from broker.log import parse
         from broker.streams import parse as streams_parse
         from broker.timers.ops import parse_ops
 
         calls = [
             lambda: parse_body(body, max_ops=256),
+            lambda: parse_locks(body),
             lambda: parse_ops(body.get("operations") if isinstance(body, dict) else body, max_ops=256),
             lambda: parse.push_items(body.get("items") if isinstance(body, dict) else body, max_payload=1 << 20),
             lambda: parse.ack_item(body, "ack", None),

@@ -15,6 +15,7 @@ from broker.http import (
     ephemeral,
     health,
     kv,
+    locks,
     messages,
     metrics,
     monitoring,
@@ -32,5 +33,6 @@ from broker.http import (
 ROUTE_MODULES = [health, metrics, admin, admin_limits, kv, usage, queues, messages, transactions]
 ROUTE_MODULES += [timers, admin_timers, test_hooks, console, openapi]
 ROUTE_MODULES += [consumer_groups, monitoring, traces, reads]
+ROUTE_MODULES += [locks]
 ROUTE_MODULES += [streams]
 ROUTE_MODULES += [ephemeral]

@@ -13,6 +13,7 @@ Normalised op: ``{"op": put|delete|incr|check|get|getMany|getPrefix, "name": <wi
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +47,10 @@ _FIELDS: dict[str, frozenset[str]] = {
     "check": frozenset({"op", "ns", "key", "expect", "required"}),
 }
 _TENANT_FIELDS = frozenset({"tenant", "tenantId", "tenant_id"})
+# Namespaces whose rows only the broker writes: the lock permits (docs/decisions.md §8). Their rows stay
+# readable (a lock's guard is a check of one), but a KV write there would forge or destroy a permit.
+LOCKS_NS = "queen-locks"
+RESERVED_NS = frozenset({LOCKS_NS})
 
 
 def bad(reason: str, detail: str) -> BadRequest:
@@ -124,16 +129,27 @@ def _expect(op: dict[str, Any], where: str) -> int | None:
     return int(v)
 
 
-def parse_op(op: Any, i: int, *, in_tx: bool) -> dict[str, Any]:
-    where = f"op {i}"
+def op_name(op: Any, where: str, known: Collection[str], surface: str) -> str:
+    """The ``op`` of one operation of a KV-like batch (``surface``: ``kv``, ``locks``), once it is an object
+    naming a known op and carrying no tenant field; refused with ``<surface>_bad_request`` otherwise."""
+    code = f"{surface}_bad_request"
     if not isinstance(op, dict):
-        raise bad("kv_bad_body", f"{where}: each operation must be a JSON object")
+        raise BadRequest(f"{surface}_bad_body", f"{where}: each operation must be a JSON object", code=code)
     name = op.get("op")
-    if not isinstance(name, str) or name not in _FIELDS:
-        raise bad("kv_unknown_op", f"{where}: unknown op {str(name)[:64]!r}; known: {sorted(_FIELDS)}")
+    if not isinstance(name, str) or name not in known:
+        raise BadRequest(f"{surface}_unknown_op", f"{where}: unknown op {str(name)[:64]!r}; known: {sorted(known)}",
+                         code=code)
     for k in op:
         if k in _TENANT_FIELDS:
-            raise bad("kv_tenant_not_an_input", f"{where}: {k!r} is not an input; the tenant comes from the credential")
+            raise BadRequest(f"{surface}_tenant_not_an_input",
+                             f"{where}: {k!r} is not an input; the tenant comes from the credential", code=code)
+    return name
+
+
+def parse_op(op: Any, i: int, *, in_tx: bool) -> dict[str, Any]:
+    where = f"op {i}"
+    name = op_name(op, where, _FIELDS, "kv")
+    for k in op:
         if k not in _FIELDS[name]:
             if k in ("ttlSeconds", "forever", "expiresAt", "expires_at", "ttl"):
                 raise bad("kv_bad_ttl", f"{where}: {name} takes no expiry field {k!r}; the expiry is ttlSeconds "
@@ -145,6 +161,9 @@ def parse_op(op: Any, i: int, *, in_tx: bool) -> dict[str, Any]:
         raise bad("kv_get_prefix_not_allowed_in_transaction",
                   f"{where}: getPrefix is not allowed inside a transaction; use getMany, or getPrefix on POST /api/v1/kv")
     ns = check_ns(op.get("ns"), where)
+    if ns in RESERVED_NS and name in WRITES:
+        raise bad("kv_reserved_namespace", f"{where}: the namespace {ns!r} holds lock permits and is written only "
+                  "through POST /api/v1/locks; it can be read (get, getMany, getPrefix, check)")
     out: dict[str, Any] = {"op": name, "name": name, "ns": ns}
     req = op.get("required")
     if req is not None and not isinstance(req, bool):
@@ -248,14 +267,23 @@ def parse_ops(ops: Any, *, max_ops: int, in_tx: bool = False) -> KvCall:
     return call
 
 
-def parse_body(body: Any, *, max_ops: int) -> KvCall:
+def batch_operations(body: Any, surface: str) -> Any:
+    """The ``operations`` of a ``{"operations": [...]}`` body of a KV-like batch route (``surface``: ``kv``,
+    ``locks``); any other shape, field or a tenant is refused with ``<surface>_bad_request``."""
+    code = f"{surface}_bad_request"
     if not isinstance(body, dict):
-        raise bad("kv_bad_body", "the body must be a JSON object {\"operations\": [...]}")
+        raise BadRequest(f"{surface}_bad_body", "the body must be a JSON object {\"operations\": [...]}", code=code)
     for k in body:
         if k in _TENANT_FIELDS:
-            raise bad("kv_tenant_not_an_input", f"{k!r} is not an input; the tenant comes from the credential")
+            raise BadRequest(f"{surface}_tenant_not_an_input", f"{k!r} is not an input; the tenant comes from the "
+                             "credential", code=code)
         if k != "operations":
-            raise bad("kv_bad_body", f"unknown field {k!r}; the body is {{\"operations\": [...]}}")
+            raise BadRequest(f"{surface}_bad_body", f"unknown field {str(k)[:64]!r}; the body is "
+                             "{\"operations\": [...]}", code=code)
     if "operations" not in body:
-        raise bad("kv_bad_body", "the body needs an operations array")
-    return parse_ops(body["operations"], max_ops=max_ops)
+        raise BadRequest(f"{surface}_bad_body", "the body needs an operations array", code=code)
+    return body["operations"]
+
+
+def parse_body(body: Any, *, max_ops: int) -> KvCall:
+    return parse_ops(batch_operations(body, "kv"), max_ops=max_ops)

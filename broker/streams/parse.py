@@ -119,7 +119,7 @@ def _ack(raw: Any) -> Ack | None:
         raise BadRequest("bad_ack", "ack must be an object or null")
     _only(raw, ACK_KEYS, "ack.")
     status = raw.get("status", "completed")
-    if status not in ACK_STATUSES:
+    if not isinstance(status, str) or status not in ACK_STATUSES:
         raise BadRequest("bad_ack_status", "ack.status must be 'completed': a cycle only completes its source batch")
     return Ack(
         txn=parse.txn_id(raw.get("transactionId"), "ack.transactionId"),

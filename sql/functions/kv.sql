@@ -36,6 +36,14 @@ BEGIN
 END
 $$;
 
+-- The transaction advisory lock a writer (or a check) of one key takes before touching its row: one id
+-- per (tenant, ns, key), shared with the lock permits of sql/functions/locks.sql, so a guard's check and
+-- a renew or release of its permit queue behind each other in the same global order.
+CREATE OR REPLACE FUNCTION queen_kv_lock_id(p_tenant text, p_ns text, p_key text) RETURNS bigint
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT hashtextextended(p_tenant || chr(1) || p_ns || chr(1) || p_key, 7142)
+$$;
+
 -- queen_kv_apply: apply the ops of one call in order; reads observe this call's earlier writes.
 --
 -- p_ops: the ops validated and normalised by broker/kv (putIfAbsent arrives as "put" with expect 0 and
@@ -89,7 +97,7 @@ BEGIN
     -- deadlocking. Row locks and the wait on a concurrent insert of an absent key both come after.
     -- Transaction-scoped: held to commit, in a transaction body too.
     FOR v_lock IN
-        SELECT DISTINCT hashtextextended(p_tenant || chr(1) || (e->>'ns') || chr(1) || (e->>'key'), 7142)
+        SELECT DISTINCT queen_kv_lock_id(p_tenant, e->>'ns', e->>'key')
         FROM jsonb_array_elements(p_ops) AS e
         WHERE e->>'op' IN ('put', 'delete', 'incr', 'check')
         ORDER BY 1
