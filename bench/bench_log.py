@@ -40,7 +40,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.db import new_migrated_db  # noqa: E402
+from bench.db import new_migrated_db, run_on_a_server  # noqa: E402
 from broker.ids import uuid7  # noqa: E402
 from broker.localserver import LocalBroker  # noqa: E402
 
@@ -342,18 +342,7 @@ def main() -> None:
     zstd_report()
     if args.zstd_only:
         return
-    server = os.environ.get("QUEEN_BENCH_DATABASE_URL") or os.environ.get("QUEEN_TEST_DATABASE_URL")
-    emb = None
-    if not server:
-        from broker.store import embedded
-
-        emb = embedded.start(Path(tempfile.mkdtemp(prefix="bench-log-")))
-        server = emb.dsn()
-    try:
-        asyncio.run(run(args, server))
-    finally:
-        if emb is not None:
-            emb.stop()
+    run_on_a_server(lambda server: run(args, server), "bench-log-")
 
 
 if __name__ == "__main__":

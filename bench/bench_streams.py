@@ -14,7 +14,6 @@ p90 of each and their ratio, and the last line the median of the repeats' ratios
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import statistics
 import sys
@@ -28,7 +27,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.db import new_migrated_db  # noqa: E402
+from bench.db import new_migrated_db, run_on_a_server  # noqa: E402
 from broker.ids import uuid7  # noqa: E402
 from broker.localserver import LocalBroker  # noqa: E402
 from broker.store.queries import Q  # noqa: E402
@@ -111,18 +110,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=10)
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
-    server = os.environ.get("QUEEN_BENCH_DATABASE_URL") or os.environ.get("QUEEN_TEST_DATABASE_URL")
-    emb = None
-    if not server:
-        from broker.store import embedded
-
-        emb = embedded.start(Path(tempfile.mkdtemp(prefix="bench-streams-")))
-        server = emb.dsn()
-    try:
-        asyncio.run(run(args, server))
-    finally:
-        if emb is not None:
-            emb.stop()
+    run_on_a_server(lambda server: run(args, server), "bench-streams-")
 
 
 if __name__ == "__main__":
