@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from broker import metering
 from broker.auth import Principal
 from broker.store.pool import Conn
 from broker.timers import service
@@ -34,10 +33,9 @@ class TimersRider:
     async def apply(
         self, conn: Conn, parsed: list[TimerOp], principal: Principal, broker: Broker, base_index: int
     ) -> list[dict[str, Any]]:
-        results = await service.apply(conn, broker, principal, parsed, check_switch=True, in_transaction=True)
-        n = service.applied_schedules(results)
-        if n:
-            await metering.record(conn, principal.tenant, messages=n)
+        # The same statement meters the promises it made, in the bundle's transaction (timers_schedule).
+        results = await service.apply(conn, broker, principal, parsed, check_switch=True, in_transaction=True,
+                                      meter=True)
         return [{"index": base_index + i, "type": "timer", "success": r["ok"], **r} for i, r in enumerate(results)]
 
 

@@ -3,7 +3,7 @@
 One call of ``POST /api/v1/timers`` is one statement in autocommit (one transaction, one round trip):
 the whole batch goes to ``queen_timers_apply`` as parallel arrays and the same statement writes the
 metering row (``timers_schedule``); a cancel is one ``queen_timers_apply`` statement; a ``timers`` rider
-runs ``queen_timers_apply`` inside the bundle's transaction, next to its metering row.
+runs the same metering statement inside the bundle's transaction.
 When the broker has an encryption key ring, the destination queues' ``encryption_enabled`` flags are
 read first (one more statement) so payloads bound for an encrypting queue are sealed — encrypted — at
 schedule time; the SQL function refuses a cleartext payload for an encrypting queue, so a flag switched
@@ -155,7 +155,7 @@ async def apply(
 ) -> list[dict[str, Any]]:
     """Apply validated ops (in the caller's transaction, or as one autocommit statement); one result
     element per op, in op order. ``meter``: the same statement meters the schedules that made a promise
-    (``POST /api/v1/timers`` in autocommit: one round trip in all)."""
+    (``POST /api/v1/timers`` in autocommit, the timers rider in its bundle: one round trip in all)."""
     if not ops:
         return []
     tenant = principal.tenant
@@ -234,11 +234,6 @@ def _arrays(
     near_ms = broker.settings.sweeper_max_sleep_ms
     return (principal.tenant, principal.sub, check_switch, near_ms, kinds, queues, keys, parts, txns, ids,
             payloads, zstd, key_ids, delays)
-
-
-def applied_schedules(results: Sequence[dict[str, Any]]) -> int:
-    """Metering unit: one per schedule/reschedule that made a promise (a too_late made none)."""
-    return sum(1 for r in results if r["status"] in (Status.SCHEDULED, Status.RESCHEDULED))
 
 
 async def admit(broker: Broker, principal: Principal, ops: Sequence[TimerOp]) -> None:

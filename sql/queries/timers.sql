@@ -9,8 +9,8 @@ FROM queen_timers_apply($1::text, $2::text, $3::boolean, $4::bigint, $5::text[],
                         $14::bigint[]);
 
 -- name: timers_schedule
--- POST /api/v1/timers: queen_timers_apply and the meter of the promises it made (scheduled and
--- rescheduled) in ONE statement, run in autocommit: one transaction, one round trip. $15 = the
+-- POST /api/v1/timers and the timers rider: queen_timers_apply and the meter of the promises it made
+-- (scheduled and rescheduled) in ONE statement (in autocommit, or in the bundle's transaction). $15 = the
 -- metering period in seconds.
 WITH r AS MATERIALIZED (
     SELECT idx, status, txn, message_id, deliver_at
