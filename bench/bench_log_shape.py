@@ -555,6 +555,8 @@ def main() -> None:
     except ImportError:
         pass
     server = os.environ.get("QUEEN_BENCH_DATABASE_URL") or os.environ.get("QUEEN_TEST_DATABASE_URL")
+    if args.cpp_bin and not Path(args.cpp_bin).is_file():
+        ap.error(f"--cpp-bin: no such file {args.cpp_bin}")
     if args.url and args.cpp_bin and not server:
         ap.error("--cpp-bin with --url needs QUEEN_BENCH_DATABASE_URL: the PostgreSQL server of that broker")
     emb: Any = None
