@@ -15,8 +15,9 @@ payload ``{"message":"Hello World","partition_id":N}``, 50 keep-alive connection
   open_1000       and at 1,000 req/s; latency from each request's SCHEDULED send time (a request that
                   has to wait for a free connection counts that wait: no coordinated omission);
   light_100       one push, one pop (batch 1) + its ack, each at 100/s, open loop, latency per kind
-                  (pushes from 4 connections, so a slow answer does not delay the next request's start;
-                  a pop that finds the queue empty (204) still counts its latency). Latency runs from
+                  (pushes round-robin over 4 partitions from 4 connections, pops and their acks from 4
+                  consumers, so a slow answer does not delay the next request's start; a pop that finds
+                  the queue empty (204) still counts its latency). Latency runs from
                   the instant the generator's timer hands the request over (a wait for a free
                   connection counts): uvloop's timers fire up to ~1 ms after the scheduled instant,
                   and that lateness is the generator's, printed on its own line.
@@ -303,11 +304,11 @@ async def light(t: Target, seconds: float) -> dict[str, Result]:
     out = {k: Result() for k in ("push", "pop", "ack")}
     n = int(100 * seconds)
     t0 = time.perf_counter() + 0.05
-    part = "light"
-    body = orjson.dumps({"items": [{"queue": t.queue + "-light", "partition": part,
-                                    "payload": {"message": "Hello World", "partition_id": 0}}]})
+    bodies = [orjson.dumps({"items": [{"queue": t.queue + "-light", "partition": f"light-{k}",
+                                       "payload": {"message": "Hello World", "partition_id": k}}]})
+              for k in range(LIGHT_CONSUMERS)]
 
-    push_dues: asyncio.Queue[float | None] = asyncio.Queue()
+    push_dues: asyncio.Queue[tuple[float, int] | None] = asyncio.Queue()
     late: list[float] = []  # the generator's own timer lateness (handed over minus scheduled)
 
     async def push_scheduler() -> None:
@@ -318,14 +319,15 @@ async def light(t: Target, seconds: float) -> dict[str, Result]:
                 await asyncio.sleep(d)
             handed = time.perf_counter()
             late.append(handed - due)
-            push_dues.put_nowait(handed)
+            push_dues.put_nowait((handed, i))
         for _ in range(LIGHT_CONSUMERS):
             push_dues.put_nowait(None)
 
     async def pusher() -> None:
         c = t.conn()
-        while (handed := await push_dues.get()) is not None:
-            st, _ = await c.request("POST", "/api/v1/push", body)
+        while (due := await push_dues.get()) is not None:
+            handed, i = due
+            st, _ = await c.request("POST", "/api/v1/push", bodies[i % LIGHT_CONSUMERS])
             out["push"].lat.append((handed - t0, time.perf_counter() - handed))
             out["push"].msgs += st in (200, 201)
             out["push"].requests += 1
@@ -343,11 +345,13 @@ async def light(t: Target, seconds: float) -> dict[str, Result]:
             handed = time.perf_counter()
             late.append(handed - due)
             dues.put_nowait(handed)
-        dues.put_nowait(None)
+        for _ in range(LIGHT_CONSUMERS):
+            dues.put_nowait(None)
 
     async def consumer() -> None:
-        """One consumer: pop at the scheduled instant, then ack (timed from when it is sent). A single
-        consumer because the partition's lease is exclusive: a second one would only get 204s."""
+        """A consumer: pop (any partition) at the scheduled instant, then ack (timed from when it is
+        sent). Four of them over four partitions, so a pop is not held back by the previous pop's ack
+        (one partition's lease is exclusive: consumers of one partition would pop in series)."""
         c = t.conn()
         while (handed := await dues.get()) is not None:
             st, data = await c.request("GET", f"/api/v1/pop/queue/{t.queue}-light?batch=1&wait=false")
@@ -368,7 +372,7 @@ async def light(t: Target, seconds: float) -> dict[str, Result]:
         c.close()
 
     await asyncio.gather(push_scheduler(), scheduler(), *[pusher() for _ in range(LIGHT_CONSUMERS)],
-                         consumer())
+                         *[consumer() for _ in range(LIGHT_CONSUMERS)])
     for r in out.values():
         r.seconds = seconds
     late.sort()
