@@ -68,3 +68,45 @@ async def test_concurrent_one_partition_pushes_stay_gapless(pg):
     finally:
         for c in conns:
             await c.close()
+
+
+async def test_partitions_created_concurrently_are_all_counted_and_all_delivered(pg):
+    """Two open transactions each create a new partition of one queue; the second one's count waits for
+    the first's row lock. The queue must count both partitions, and a pop must reach both: queen_pop
+    creates a group's cursors only while cursor_count < partition_count, so a count left one short (a
+    recount from a stale snapshot) hid the newest partition from every consumer for good."""
+    dsn = pg.new_db()
+    a, b, reader = [await asyncpg.connect(dsn) for _ in range(3)]
+    try:
+        for path, items in (("fast", lambda p: [("q1", p, f"t-{p}")]),
+                            ("general", lambda p: [("q2", p, f"t-{p}"), ("q2", p + "-x", f"u-{p}")])):
+            queue = items("p")[0][0]
+            await call(reader, items("p0"))  # the queue exists, with one partition (and a group's cursor)
+            await reader.fetch("SELECT * FROM queen_pop($1, $2, NULL, '__QUEUE_MODE__', 100, 1, true, NULL, NULL)",
+                               T, queue)
+            ta, tb = a.transaction(), b.transaction()
+            await ta.start()
+            await tb.start()
+            await call(a, items("p1"))
+            second = asyncio.ensure_future(call(b, items("p2")))  # blocks on the queue row
+            await asyncio.sleep(0.3)
+            assert not second.done(), path
+            await ta.commit()
+            await second
+            await tb.commit()
+            made = await reader.fetchval("SELECT count(*) FROM queen_partitions WHERE tenant = $1 AND queue = $2",
+                                         T, queue)
+            counted = await reader.fetchval("SELECT partition_count FROM queen_queues WHERE tenant = $1 AND name = $2",
+                                            T, queue)
+            assert counted == made, (path, counted, made)
+            got: set[str] = set()
+            for _ in range(2 * made):
+                rows = await reader.fetch("SELECT * FROM queen_pop($1, $2, NULL, '__QUEUE_MODE__', 100, 1, true, NULL, NULL)",
+                                          T, queue)
+                got |= {r["partition"] for r in rows if r["kind"] == "msg"}
+            expected = {r["name"] for r in await reader.fetch(
+                "SELECT name FROM queen_partitions WHERE tenant = $1 AND queue = $2", T, queue)} - {"p0"}
+            assert got == expected, (path, got, expected)
+    finally:
+        for c in (a, b, reader):
+            await c.close()

@@ -90,9 +90,8 @@ BEGIN
             VALUES (p_tenant, queen_partition_id(), v_q, v_p)
             ON CONFLICT (tenant, queue, name) DO NOTHING;
             GET DIAGNOSTICS v_new = ROW_COUNT;
-            IF v_new > 0 THEN
-                UPDATE queen_queues qq SET partition_count = (
-                    SELECT count(*) FROM queen_partitions qp WHERE qp.tenant = p_tenant AND qp.queue = v_q)
+            IF v_new > 0 THEN  -- an increment, never a recount: see the general path below
+                UPDATE queen_queues qq SET partition_count = qq.partition_count + v_new
                 WHERE qq.tenant = p_tenant AND qq.name = v_q;
             END IF;
             SELECT qp.id, qp.next_seq INTO v_pid, v_next FROM queen_partitions qp
@@ -148,19 +147,26 @@ BEGIN
     ORDER BY d.q
     ON CONFLICT DO NOTHING;
 
-    INSERT INTO queen_partitions (tenant, id, queue, name)
-    SELECT p_tenant, queen_partition_id(), d.q, d.p
-    FROM (SELECT DISTINCT x.q, x.p FROM unnest(p_queues, p_partitions) AS x(q, p)) d
-    WHERE NOT EXISTS (SELECT 1 FROM queen_partitions qp
-                      WHERE qp.tenant = p_tenant AND qp.queue = d.q AND qp.name = d.p)
-    ORDER BY d.q, d.p
-    ON CONFLICT (tenant, queue, name) DO NOTHING;
-    GET DIAGNOSTICS v_new = ROW_COUNT;
-    IF v_new > 0 THEN
-        UPDATE queen_queues qq SET partition_count = (
-            SELECT count(*) FROM queen_partitions qp WHERE qp.tenant = p_tenant AND qp.queue = qq.name)
-        WHERE qq.tenant = p_tenant AND qq.name IN (SELECT DISTINCT x.q FROM unnest(p_queues) AS x(q));
-    END IF;
+    -- partition_count grows by the partitions THIS statement created. A recount (count(*) of the
+    -- queue's partitions) reads the statement's snapshot: two pushes creating two new partitions of one
+    -- queue concurrently each counted only their own, the second wrote its count after waiting for the
+    -- first's row lock, and the queue kept one partition fewer than it had. queen_pop creates a group's
+    -- cursors only while cursor_count < partition_count, so the newest partition never got a cursor
+    -- and its messages were never delivered (seen as a 100,000-timer burst over 16 partitions whose
+    -- consumer received exactly 15/16 of it). An increment applies to the row version it locked.
+    WITH made AS (
+        INSERT INTO queen_partitions (tenant, id, queue, name)
+        SELECT p_tenant, queen_partition_id(), d.q, d.p
+        FROM (SELECT DISTINCT x.q, x.p FROM unnest(p_queues, p_partitions) AS x(q, p)) d
+        WHERE NOT EXISTS (SELECT 1 FROM queen_partitions qp
+                          WHERE qp.tenant = p_tenant AND qp.queue = d.q AND qp.name = d.p)
+        ORDER BY d.q, d.p
+        ON CONFLICT (tenant, queue, name) DO NOTHING
+        RETURNING queue
+    )
+    UPDATE queen_queues qq SET partition_count = qq.partition_count + m.n
+    FROM (SELECT made.queue, count(*) AS n FROM made GROUP BY made.queue) m
+    WHERE qq.tenant = p_tenant AND qq.name = m.queue;
 
     PERFORM 1 FROM queen_partitions qp
     WHERE qp.tenant = p_tenant
@@ -429,10 +435,8 @@ BEGIN
     ORDER BY p.id
     ON CONFLICT DO NOTHING;
     GET DIAGNOSTICS v_new = ROW_COUNT;
-    IF v_new > 0 THEN
-        UPDATE queen_groups g SET cursor_count = (
-            SELECT count(*) FROM queen_cursors cc
-            WHERE cc.tenant = p_tenant AND cc.queue = p_queue AND cc.consumer_group = p_group)
+    IF v_new > 0 THEN  -- the cursors this statement created (a recount would read a stale snapshot)
+        UPDATE queen_groups g SET cursor_count = g.cursor_count + v_new
         WHERE g.tenant = p_tenant AND g.queue = p_queue AND g.consumer_group = p_group;
     END IF;
     END IF;
