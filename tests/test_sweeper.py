@@ -13,6 +13,7 @@ import uuid
 
 import asyncpg
 import pytest
+from helpers import take_and_lease
 
 from broker.codec import Codec
 from broker.store.pool import connect
@@ -139,11 +140,11 @@ async def test_a_lost_claim_commits_nothing(db):
     dsn, conn = db
     await schedule(conn, "t1", "q", ["k"])
     tok_a, tok_b = uuid.uuid4(), uuid.uuid4()
-    rows = await conn.fetch(Q.timers_claim, tok_a, 10, 10, None, "a", False, 250)
-    assert rows[0]["timer_key"] == "k"
+    rows = await take_and_lease(conn, token=tok_a, lease_ms=10, batch=10, claimed_by="a")
+    assert [r["timer_key"] for r in rows] == ["k"]
     await asyncio.sleep(0.05)  # lease of 10 ms expired
-    rows = await conn.fetch(Q.timers_claim, tok_b, 30_000, 10, None, "b", False, 250)
-    assert rows[0]["timer_key"] == "k"
+    rows = await take_and_lease(conn, token=tok_b, lease_ms=30_000, batch=10, claimed_by="b")
+    assert [r["timer_key"] for r in rows] == ["k"]
     out = await conn.fetch(Q.timers_fire, tok_a, ["t1"], ["q"], ["k"], [None], [0], [], [], [], [], [], [], 3, 50, 1000)
     assert out == [] and len(await log_rows(conn)) == 0
     out = await conn.fetch(Q.timers_fire, tok_b, ["t1"], ["q"], ["k"], [None], [0], [], [], [], [], [], [], 3, 50, 1000)
@@ -217,8 +218,7 @@ def test_failure_classes():
 
 
 async def claim(conn: asyncpg.Connection, *, batch: int = 100, lease_ms: int = 60_000) -> list:
-    rows = await conn.fetch(Q.timers_claim, uuid.uuid4(), lease_ms, batch, None, "test-claim", False, 250)
-    return [r for r in rows if r["tenant"] is not None]
+    return await take_and_lease(conn, lease_ms=lease_ms, batch=batch, claimed_by="test-claim")
 
 
 async def test_sweepers_fire_side_by_side_with_no_lock_and_claims_own_whole_partitions(db):
@@ -311,8 +311,9 @@ async def test_a_partition_another_claimer_is_taking_right_now_is_skipped(db):
 
 
 async def test_two_claims_at_the_same_moment_take_different_partitions(db):
-    """A claim locks only the partitions it needs, so a second claim running meanwhile is not locked out:
-    it takes the next partition instead of coming back empty."""
+    """A take locks only the partitions it needs, so a second claim running meanwhile (the first one's
+    fire transaction still open, as the sweeper holds it) is not locked out: it takes the next partition
+    instead of coming back empty."""
     dsn, conn = db
     for p in range(3):  # P0's rows are the earliest, then P1's, then P2's
         await schedule(conn, "t1", "q", [f"p{p}-{i:02}" for i in range(50)], partition=f"P{p}",
@@ -321,7 +322,7 @@ async def test_two_claims_at_the_same_moment_take_different_partitions(db):
     tx = first.transaction()
     await tx.start()
     try:
-        a = await first.fetch(Q.timers_claim, uuid.uuid4(), 60_000, 50, None, "first", False, 250)
+        a = await first.fetch(Q.timers_take, 50, None, False, 250)
         assert {r["partition"] for r in a if r["tenant"]} == {"P0"}
         b = await claim(conn, batch=50)  # while the first claim's transaction is still open
         assert {r["partition"] for r in b} == {"P1"} and len(b) == 50

@@ -346,9 +346,9 @@ $$;
 -- the commit: a cancel meeting it waits for that commit and then finds the row gone (absent), or, if
 -- the fire rolled back, cancels it. A take rewrote no row, so a burst costs one delete per timer, not
 -- an update then a delete (the stamp wrote four index entries per row: measured 124 of 211 ms per
--- 1,000 rows). queen_timers_claim is take + lease, for a cycle that must hold rows outside a
--- transaction (an injected stall: see broker/sweeper.py). Nothing is taken while an operator has
--- paused the sweeper. With p_faults (test hooks) each row may carry an injected fault taken from
+-- 1,000 rows). A cycle that must hold rows outside a transaction (an injected stall: see
+-- broker/sweeper.py) follows the take with queen_timers_lease in the same transaction. Nothing is
+-- taken while an operator has paused the sweeper. With p_faults (test hooks) each row may carry an injected fault taken from
 -- queen_timer_faults. When fewer than p_batch rows were taken, a last row with tenant NULL carries
 -- next_due_ms: how long until the earliest row becomes due (NULL when there is none), by the database
 -- clock.
@@ -585,42 +585,4 @@ AS $$
          (SELECT clock_timestamp() + p_lease_ms * interval '1 millisecond' AS until) st
     WHERE t.tenant = u.te AND t.queue = u.q AND t.timer_key = u.k AND t.message_id = u.id
     RETURNING t.tenant, t.queue, t.timer_key, t.claimed_until
-$$;
-
--- queen_timers_claim: take + lease in one call (the shape of a cycle that holds rows outside a
--- transaction). Same rows, order and trailing next_due_ms row as queen_timers_take, without the
--- message id; a taken row that a concurrent cancel or reschedule changed before the stamp is left out.
-CREATE OR REPLACE FUNCTION queen_timers_claim(
-    p_token      uuid,
-    p_lease_ms   bigint,
-    p_batch      integer,
-    p_cursor     text,
-    p_claimed_by text,
-    p_faults     boolean,
-    p_slice_cap  integer
-) RETURNS TABLE (tenant text, queue text, timer_key text, partition text, payload bytea,
-                 payload_zstd boolean, key_id text, deliver_at timestamptz, fault text, stall_ms integer,
-                 next_due_ms bigint, paused boolean)
-LANGUAGE plpgsql VOLATILE
-SET plan_cache_mode = force_custom_plan
-AS $$
-#variable_conflict use_column
-BEGIN
-    RETURN QUERY
-    WITH t AS MATERIALIZED (
-        SELECT * FROM queen_timers_take(p_batch, p_cursor, p_faults, p_slice_cap)
-    ),
-    l AS (
-        SELECT l.* FROM (SELECT array_agg(t.tenant) AS te, array_agg(t.queue) AS q, array_agg(t.timer_key) AS k,
-                                array_agg(t.message_id) AS id
-                         FROM t WHERE t.tenant IS NOT NULL) a
-        CROSS JOIN LATERAL queen_timers_lease(p_token, p_lease_ms, p_claimed_by, a.te, a.q, a.k, a.id) l
-        WHERE a.te IS NOT NULL
-    )
-    SELECT t.tenant, t.queue, t.timer_key, t.partition, t.payload, t.payload_zstd, t.key_id, t.deliver_at,
-           t.fault, t.stall_ms, t.next_due_ms, t.paused
-    FROM t LEFT JOIN l ON l.tenant = t.tenant AND l.queue = t.queue AND l.timer_key = t.timer_key
-    WHERE t.tenant IS NULL OR l.tenant IS NOT NULL
-    ORDER BY t.tenant IS NULL, t.tenant, t.queue, t.partition, t.deliver_at, t.timer_key;
-END
 $$;
