@@ -3,10 +3,13 @@
 -- Re-applied at boot when any function file changes (README, "Schema and upgrades"): CREATE OR
 -- REPLACE statements only; tables, indexes and data belong in forward-only migrations.
 
--- The cluster-wide scheduling switch (true when no row says otherwise).
+-- The cluster-wide scheduling switch (true when no row says otherwise). PL/pgSQL: a SQL body with a
+-- sub-select is never inlined, so it was planned again at every schedule (0.1 ms of planning).
 CREATE OR REPLACE FUNCTION queen_timers_scheduling_enabled() RETURNS boolean
-LANGUAGE sql STABLE AS $$
-    SELECT coalesce((SELECT scheduling_enabled FROM queen_timer_switches WHERE tenant = '*'), true)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN coalesce((SELECT s.scheduling_enabled FROM queen_timer_switches s WHERE s.tenant = '*'), true);
+END
 $$;
 
 -- queen_timers_apply: schedule / reschedule / cancel a batch of timers in one statement.
@@ -20,6 +23,13 @@ $$;
 -- DELETE cancel route passes false: nothing but the boot flag refuses it).
 -- Notifies queen_timers with the smallest new delay in ms when some timer is due within p_near_ms,
 -- so sleeping sweepers wake at commit.
+-- Plans: unlike take and fire (below), apply runs on ONE generic plan per connection, built once: a
+-- single schedule spent ~0.6 ms of its ~1.5 ms re-planning this statement at every call (measured
+-- with pg_stat_statements, 1.51 -> 0.93 ms per call). A generic plan is built from the table as it was
+-- then, so its shape must not depend on the table's size: every probe of queen_timers is by its
+-- primary key (the other indexes are partial, see 0003_timers.sql, so they cannot serve a probe by
+-- key) and enable_seqscan = off removes the one alternative a plan built on an empty table would
+-- pick, a sequential scan. The ctid delete is a TID scan either way.
 CREATE OR REPLACE FUNCTION queen_timers_apply(
     p_tenant         text,
     p_sub            text,
@@ -37,12 +47,8 @@ CREATE OR REPLACE FUNCTION queen_timers_apply(
     p_delays         bigint[]
 ) RETURNS TABLE (idx integer, status text, txn text, message_id uuid, deliver_at timestamptz)
 LANGUAGE plpgsql
--- Plans: the main statement is an EXECUTE of a constant text, so it is planned afresh at every call with
--- the call's arrays as constants (a one-shot plan: the same custom plan force_custom_plan gave, whatever
--- the table's statistics say). The function itself keeps the default plan cache mode: under
--- force_custom_plan the foreign-key check on queen_timers.tenant (one query per inserted row, run by
--- PostgreSQL's trigger) was planned again for every row, 256 plannings per batch: ~2/3 of that check's
--- cost and 10-20 % of a 256-op schedule under 8 concurrent callers (measured with pg_stat_statements).
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -58,7 +64,8 @@ BEGIN
     -- so a flag switched on between that read and this statement cannot leave cleartext at rest.
     SELECT i.q INTO v_bad
     FROM unnest(p_ops, p_queues, p_key_ids) AS i(op, q, k)
-    JOIN queen_queues qq ON qq.tenant = p_tenant AND qq.name = i.q AND qq.encryption_enabled
+    CROSS JOIN LATERAL (SELECT 1 FROM queen_queues qq  -- a probe by (tenant, name) per op
+                        WHERE qq.tenant = p_tenant AND qq.name = i.q AND qq.encryption_enabled LIMIT 1) e
     WHERE i.op <> 'cancel' AND i.k IS NULL
     LIMIT 1;
     IF v_bad IS NOT NULL THEN
@@ -69,11 +76,11 @@ BEGIN
         INSERT INTO queen_tenants (tenant) VALUES (p_tenant) ON CONFLICT DO NOTHING;
     END IF;
 
-    RETURN QUERY EXECUTE $apply$
+    RETURN QUERY
     WITH inp AS (
         SELECT u.ord::integer AS i, u.op, u.q, u.k, coalesce(u.p, 'Default') AS p, u.t, u.id, u.pl,
                coalesce(u.z, false) AS z, u.kid, u.d
-        FROM unnest($3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+        FROM unnest(p_ops, p_queues, p_keys, p_partitions, p_txns, p_ids, p_payloads, p_zstd, p_key_ids, p_delays)
              WITH ORDINALITY AS u(op, q, k, p, t, id, pl, z, kid, d, ord)
     ),
     -- Existing rows, locked in key order. One primary-key probe per op (a LATERAL subquery: the
@@ -86,14 +93,15 @@ BEGIN
             SELECT t.queue, t.timer_key, t.txn AS old_txn,
                    (t.claim_token IS NOT NULL AND t.claimed_until > now()) AS claimed, t.ctid AS tid
             FROM queen_timers t
-            WHERE t.tenant = $1 AND t.queue = o.q AND t.timer_key = o.k
+            WHERE t.tenant = p_tenant AND t.queue = o.q AND t.timer_key = o.k
+            LIMIT 1  -- the key is the primary key; a LIMIT keeps the probe a probe (not flattened into a join)
             FOR UPDATE OF t
         ) x
     ),
     ups AS (
         INSERT INTO queen_timers AS t (tenant, queue, timer_key, partition, txn, message_id, payload,
                                        payload_zstd, key_id, producer_sub, deliver_at, due_at)
-        SELECT $1, inp.q, inp.k, inp.p, inp.t, inp.id, inp.pl, inp.z, inp.kid, $2,
+        SELECT p_tenant, inp.q, inp.k, inp.p, inp.t, inp.id, inp.pl, inp.z, inp.kid, p_sub,
                now() + inp.d * interval '1 millisecond', now() + inp.d * interval '1 millisecond'
         FROM inp LEFT JOIN cur ON cur.queue = inp.q AND cur.timer_key = inp.k
         WHERE inp.op <> 'cancel' AND NOT coalesce(cur.claimed, false)
@@ -107,12 +115,14 @@ BEGIN
            WHERE NOT (t.claim_token IS NOT NULL AND t.claimed_until > now())
         RETURNING t.queue, t.timer_key, t.deliver_at
     ),
+    -- By ctid alone (a TID scan): the ctids are rows of this tenant that `cur` locked in this statement,
+    -- so they cannot have moved; a further qual on an indexed column would let the generic plan read
+    -- the tenant's rows through the primary key and filter them by ctid instead.
     del AS (
         DELETE FROM queen_timers t
         WHERE t.ctid = ANY (ARRAY(
             SELECT cur.tid FROM cur JOIN inp ON cur.queue = inp.q AND cur.timer_key = inp.k
             WHERE inp.op = 'cancel' AND NOT cur.claimed))
-          AND t.tenant = $1
         RETURNING t.queue, t.timer_key, t.txn
     )
     SELECT inp.i,
@@ -132,8 +142,7 @@ BEGIN
     LEFT JOIN cur ON cur.queue = inp.q AND cur.timer_key = inp.k
     LEFT JOIN ups ON ups.queue = inp.q AND ups.timer_key = inp.k
     LEFT JOIN del ON del.queue = inp.q AND del.timer_key = inp.k
-    ORDER BY inp.i
-    $apply$ USING p_tenant, p_sub, p_ops, p_queues, p_keys, p_partitions, p_txns, p_ids, p_payloads, p_zstd, p_key_ids, p_delays;
+    ORDER BY inp.i;
 
     SELECT min(d) INTO v_near FROM unnest(p_ops, p_delays) AS x(op, d) WHERE op <> 'cancel';
     IF v_near IS NOT NULL AND v_near <= p_near_ms THEN
@@ -333,8 +342,8 @@ $$;
 
 -- queen_timers_take: the first half of a sweep cycle, inside the sweeper's fire transaction.
 --
--- Plans (apply, fire and take alike): every statement is planned afresh at each call
--- (plan_cache_mode = force_custom_plan; apply's main statement by EXECUTE), from the table's size now, not the size it had when the
+-- Plans (fire and take; apply is the exception, above): every statement is planned afresh at each call
+-- (plan_cache_mode = force_custom_plan), from the table's size now, not the size it had when the
 -- backend first cached a generic plan; together with the partial due indexes (sql/migrations/
 -- 0003_timers.sql) this keeps each key lookup on the primary key and each due walk on a due index
 -- whatever the statistics say. A plan cached while the table was nearly empty otherwise kept a
@@ -352,8 +361,8 @@ $$;
 -- an update then a delete (the stamp wrote four index entries per row: measured 124 of 211 ms per
 -- 1,000 rows). A cycle that must hold rows outside a transaction (an injected stall: see
 -- broker/sweeper.py) follows the take with queen_timers_lease in the same transaction. Nothing is
--- taken while an operator has paused the sweeper. With p_faults (test hooks) each row may carry an injected fault taken from
--- queen_timer_faults. When fewer than p_batch rows were taken, a last row with tenant NULL carries
+-- taken while an operator has paused the sweeper. With p_faults (test hooks) each row may carry an
+-- injected fault taken from queen_timer_faults. When fewer than p_batch rows were taken, a last row with tenant NULL carries
 -- next_due_ms: how long until the earliest row becomes due (NULL when there is none), by the database
 -- clock.
 --
