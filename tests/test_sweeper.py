@@ -134,6 +134,32 @@ async def test_refire_after_a_lost_commit_is_a_duplicate_not_a_second_frame(db):
     await sw.stop()
 
 
+async def test_fire_answers_each_row_with_its_own_queue_key_and_lag(db):
+    """The fire's answer names every row it pushed (queue, key, lag from its own deliverAt), over several
+    queues and partitions and with a duplicate among them: each item is matched to its row by its index
+    in the push, whatever order the push sorted them into."""
+    dsn, conn = db
+    await schedule(conn, "t1", "qb", [f"b{i}" for i in range(5)], delays=[-400 + 10 * i for i in range(5)], partition="P2")
+    await schedule(conn, "t1", "qa", [f"a{i}" for i in range(5)], delays=[-200 - 10 * i for i in range(5)], partition="P1")
+    await conn.fetch("SELECT * FROM queen_push('t1', ARRAY['qa'], ARRAY['P1'], ARRAY[gen_random_uuid()], ARRAY['qa-a3'], "
+                     "ARRAY[NULL::uuid], ARRAY['{}'::bytea], ARRAY[0::smallint], ARRAY[NULL::text], ARRAY['s'], "
+                     "ARRAY[NULL::bigint])")  # a3 already went out (a lost commit): a duplicate
+    async with conn.transaction():
+        rows = [r for r in await conn.fetch(Q.timers_take, 100, None, False, 250) if r["tenant"] is not None]
+        n = len(rows)
+        out = await conn.fetch(Q.timers_fire_taken, [r["tenant"] for r in rows], [r["queue"] for r in rows],
+                               [r["timer_key"] for r in rows], [r["message_id"] for r in rows], [r["tid"] for r in rows],
+                               [None] * n, [0] * n, [], [], [], [], [], [], [], 3, 50, 1000)
+    got = {(r["queue"], r["timer_key"]): r for r in out}
+    assert len(out) == 10 and set(got) == {("qa", f"a{i}") for i in range(5)} | {("qb", f"b{i}") for i in range(5)}
+    assert [k for k, r in sorted(got.items()) if r["kind"] == "duplicate"] == [("qa", "a3")]
+    for (q, k), r in got.items():
+        i = int(k[1])
+        due_ago = (200 + 10 * i) if q == "qa" else (400 - 10 * i)
+        if r["kind"] == "fired":  # lag from this row's deliverAt: at least how long ago it was due
+            assert due_ago / 1000 <= r["lag_s"] < due_ago / 1000 + 5, (q, k, r["lag_s"])
+
+
 async def test_a_lost_claim_commits_nothing(db):
     """A sweeper whose lease expired and whose rows were re-claimed pushes nothing: only rows still
     holding its token are deleted and pushed (a reschedule after expiry must not get the old payload)."""
