@@ -197,8 +197,10 @@ def test_a_bad_token_is_a_message_not_a_blank_page(page, cbroker, seeded):
         page.goto(f"{cbroker.url}/console#queues")
         page.fill("#token", "not-a-token")
         page.click("#auth button[type=submit]")
-        page.wait_for_selector("#queues-list .error[data-status='401']")
-        assert "unauthenticated" in page.inner_text("#queues-list")
+        # The view renders twice (before and after the token is sent), each time "Loading…" first: an
+        # assertion that retries, not a one-shot read, so the second render cannot be caught half way.
+        expect(page.locator("#queues-list .error[data-status='401']")).to_contain_text("401")
+        expect(page.locator("#queues-list")).to_contain_text("unauthenticated")
         expect(page.locator("#flash")).to_contain_text("refused")
 
 
