@@ -15,6 +15,8 @@
 - ``wait_for(pred)``: poll until something truthy comes back (sync); ``await_delivered(client, ...)``:
   the same for a ``queen-mq`` client waiting on a timer's message.
 - ``db_fetch(dsn, sql, *args)``: one query on a database, from sync test code; ``frames(dsn, txn)``.
+- ``take_and_lease(conn, ...)``: the sweeper's cycle for rows it holds outside a transaction (take, lease,
+  commit), from a test's own connection.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from conftest import run_sync
 
 from broker.auth import mint
 from broker.localserver import LocalBroker
+from broker.store.queries import Q
 
 T = TypeVar("T")
 
@@ -87,6 +90,22 @@ def db_fetch(dsn: str, sql: str, *args: Any) -> list[asyncpg.Record]:
 def frames(dsn: str, txn: str) -> list[asyncpg.Record]:
     """The log rows (id, created_at) carrying transaction id ``txn``: how many times a timer fired."""
     return db_fetch(dsn, "SELECT id, created_at FROM queen_messages WHERE txn = $1", txn)
+
+
+async def take_and_lease(conn: asyncpg.Connection, *, token: uuid.UUID | None = None, lease_ms: int = 60_000,
+                         batch: int = 100, claimed_by: str = "test") -> list[asyncpg.Record]:
+    """What the sweeper does with rows it must hold while nothing happens (an injected stall): take them
+    (``queen_timers_take``, partition-exclusive, writing nothing) and lease them (``queen_timers_lease``:
+    token, ``claimed_until`` from the clock at the stamp) in one transaction (a savepoint inside the
+    caller's). Returns the rows taken AND leased, in the take's order (a row a concurrent cancel or
+    reschedule changed between the two is left out); the take's trailing next-due row is dropped."""
+    async with conn.transaction():
+        taken = [r for r in await conn.fetch(Q.timers_take, batch, None, False, 250) if r["tenant"] is not None]
+        leased = await conn.fetch(Q.timers_lease, token or uuid.uuid4(), lease_ms, claimed_by,
+                                  [r["tenant"] for r in taken], [r["queue"] for r in taken],
+                                  [r["timer_key"] for r in taken], [r["message_id"] for r in taken])
+    held = {(r["tenant"], r["queue"], r["timer_key"]) for r in leased}
+    return [r for r in taken if (r["tenant"], r["queue"], r["timer_key"]) in held]
 
 
 # ------------------------------------------------------------------------------- brokers and clients

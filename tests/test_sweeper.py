@@ -13,6 +13,7 @@ import uuid
 
 import asyncpg
 import pytest
+from helpers import take_and_lease
 
 from broker.codec import Codec
 from broker.store.pool import connect
@@ -133,17 +134,43 @@ async def test_refire_after_a_lost_commit_is_a_duplicate_not_a_second_frame(db):
     await sw.stop()
 
 
+async def test_fire_answers_each_row_with_its_own_queue_key_and_lag(db):
+    """The fire's answer names every row it pushed (queue, key, lag from its own deliverAt), over several
+    queues and partitions and with a duplicate among them: each item is matched to its row by its index
+    in the push, whatever order the push sorted them into."""
+    dsn, conn = db
+    await schedule(conn, "t1", "qb", [f"b{i}" for i in range(5)], delays=[-400 + 10 * i for i in range(5)], partition="P2")
+    await schedule(conn, "t1", "qa", [f"a{i}" for i in range(5)], delays=[-200 - 10 * i for i in range(5)], partition="P1")
+    await conn.fetch("SELECT * FROM queen_push('t1', ARRAY['qa'], ARRAY['P1'], ARRAY[gen_random_uuid()], ARRAY['qa-a3'], "
+                     "ARRAY[NULL::uuid], ARRAY['{}'::bytea], ARRAY[0::smallint], ARRAY[NULL::text], ARRAY['s'], "
+                     "ARRAY[NULL::bigint])")  # a3 already went out (a lost commit): a duplicate
+    async with conn.transaction():
+        rows = [r for r in await conn.fetch(Q.timers_take, 100, None, False, 250) if r["tenant"] is not None]
+        n = len(rows)
+        out = await conn.fetch(Q.timers_fire_taken, [r["tenant"] for r in rows], [r["queue"] for r in rows],
+                               [r["timer_key"] for r in rows], [r["message_id"] for r in rows], [r["tid"] for r in rows],
+                               [None] * n, [0] * n, [], [], [], [], [], [], [], 3, 50, 1000)
+    got = {(r["queue"], r["timer_key"]): r for r in out}
+    assert len(out) == 10 and set(got) == {("qa", f"a{i}") for i in range(5)} | {("qb", f"b{i}") for i in range(5)}
+    assert [k for k, r in sorted(got.items()) if r["kind"] == "duplicate"] == [("qa", "a3")]
+    for (q, k), r in got.items():
+        i = int(k[1])
+        due_ago = (200 + 10 * i) if q == "qa" else (400 - 10 * i)
+        if r["kind"] == "fired":  # lag from this row's deliverAt: at least how long ago it was due
+            assert due_ago / 1000 <= r["lag_s"] < due_ago / 1000 + 5, (q, k, r["lag_s"])
+
+
 async def test_a_lost_claim_commits_nothing(db):
     """A sweeper whose lease expired and whose rows were re-claimed pushes nothing: only rows still
     holding its token are deleted and pushed (a reschedule after expiry must not get the old payload)."""
     dsn, conn = db
     await schedule(conn, "t1", "q", ["k"])
     tok_a, tok_b = uuid.uuid4(), uuid.uuid4()
-    rows = await conn.fetch(Q.timers_claim, tok_a, 10, 10, None, "a", False, 250)
-    assert rows[0]["timer_key"] == "k"
+    rows = await take_and_lease(conn, token=tok_a, lease_ms=10, batch=10, claimed_by="a")
+    assert [r["timer_key"] for r in rows] == ["k"]
     await asyncio.sleep(0.05)  # lease of 10 ms expired
-    rows = await conn.fetch(Q.timers_claim, tok_b, 30_000, 10, None, "b", False, 250)
-    assert rows[0]["timer_key"] == "k"
+    rows = await take_and_lease(conn, token=tok_b, lease_ms=30_000, batch=10, claimed_by="b")
+    assert [r["timer_key"] for r in rows] == ["k"]
     out = await conn.fetch(Q.timers_fire, tok_a, ["t1"], ["q"], ["k"], [None], [0], [], [], [], [], [], [], 3, 50, 1000)
     assert out == [] and len(await log_rows(conn)) == 0
     out = await conn.fetch(Q.timers_fire, tok_b, ["t1"], ["q"], ["k"], [None], [0], [], [], [], [], [], [], 3, 50, 1000)
@@ -217,8 +244,7 @@ def test_failure_classes():
 
 
 async def claim(conn: asyncpg.Connection, *, batch: int = 100, lease_ms: int = 60_000) -> list:
-    rows = await conn.fetch(Q.timers_claim, uuid.uuid4(), lease_ms, batch, None, "test-claim", False, 250)
-    return [r for r in rows if r["tenant"] is not None]
+    return await take_and_lease(conn, lease_ms=lease_ms, batch=batch, claimed_by="test-claim")
 
 
 async def test_sweepers_fire_side_by_side_with_no_lock_and_claims_own_whole_partitions(db):
@@ -311,8 +337,9 @@ async def test_a_partition_another_claimer_is_taking_right_now_is_skipped(db):
 
 
 async def test_two_claims_at_the_same_moment_take_different_partitions(db):
-    """A claim locks only the partitions it needs, so a second claim running meanwhile is not locked out:
-    it takes the next partition instead of coming back empty."""
+    """A take locks only the partitions it needs, so a second claim running meanwhile (the first one's
+    fire transaction still open, as the sweeper holds it) is not locked out: it takes the next partition
+    instead of coming back empty."""
     dsn, conn = db
     for p in range(3):  # P0's rows are the earliest, then P1's, then P2's
         await schedule(conn, "t1", "q", [f"p{p}-{i:02}" for i in range(50)], partition=f"P{p}",
@@ -321,7 +348,7 @@ async def test_two_claims_at_the_same_moment_take_different_partitions(db):
     tx = first.transaction()
     await tx.start()
     try:
-        a = await first.fetch(Q.timers_claim, uuid.uuid4(), 60_000, 50, None, "first", False, 250)
+        a = await first.fetch(Q.timers_take, 50, None, False, 250)
         assert {r["partition"] for r in a if r["tenant"]} == {"P0"}
         b = await claim(conn, batch=50)  # while the first claim's transaction is still open
         assert {r["partition"] for r in b} == {"P1"} and len(b) == 50

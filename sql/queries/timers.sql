@@ -1,5 +1,5 @@
 -- Timers: the schedule/cancel/peek/list surface, the sweeper, the operator switches and the test hooks.
--- The functions live in sql/functions/timers.sql (queen_timers_claim: partition-exclusive claims),
+-- The functions live in sql/functions/timers.sql (queen_timers_take: partition-exclusive takes),
 -- the tables in sql/migrations/0003_timers.sql.
 
 -- name: timers_apply
@@ -67,11 +67,6 @@ FROM queen_timers_fire(NULL, $1::text[], $2::text[], $3::text[], $4::uuid[], $5:
 -- Rows taken in this transaction that must be held past it (an injected stall): stamp a lease.
 SELECT tenant, queue, timer_key, claimed_until
 FROM queen_timers_lease($1::uuid, $2::bigint, $3::text, $4::text[], $5::text[], $6::text[], $7::uuid[]);
-
--- name: timers_claim
-SELECT tenant, queue, timer_key, partition, payload, payload_zstd, key_id, deliver_at, fault, stall_ms,
-       next_due_ms, paused
-FROM queen_timers_claim($1::uuid, $2::bigint, $3::integer, $4::text, $5::text, $6::boolean, $7::integer);
 
 -- name: timers_fire
 -- Leased rows (those still holding the token $1), in autocommit.
