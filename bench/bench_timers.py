@@ -243,7 +243,9 @@ async def consumer_main(url: str, queue: str) -> None:
 
     stopper = loop.create_task(read_stop())
     path = f"/api/v1/pop/queue/{queue}"
-    params = {"wait": "true", "timeout": "500", "batch": "1000", "autoAck": "true"}
+    # What the official client (queen-mq 2.6) sends for queue(q).batch(1000).wait(True).commit_on_delivery()
+    # .pop() with its defaults: autopilot on, so the sweep width is the broker's choice.
+    params = {"autopilot": "true", "batch": "1000", "wait": "true", "timeout": "500", "autoAck": "true"}
     async with httpx.AsyncClient(base_url=url, timeout=30) as c:
         print("ready", flush=True)
         while not want or (len(receipts) < want[0] and time.time() < want[1]):
