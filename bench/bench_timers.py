@@ -10,7 +10,8 @@ measured at two places and both are printed: AT COMMIT (the clock at the end of 
 statement minus ``deliverAt``: the broker's own histogram queen_timers_fire_lag_seconds, quantiles
 interpolated in its buckets; a message's created_at is its fire transaction's START, so that lag is
 printed beside it, not used) and AT THE CONSUMER (receipt by a consumer long-polling the queue with
-autoAck, in its own process, minus ``deliverAt``); the difference is the NOTIFY -> waiting pop ->
+autoAck, in its own process, with the query the official client sends, autopilot included, minus
+``deliverAt``); the difference is the NOTIFY -> waiting pop ->
 answer path. Traffic goes only to the broker it starts on 127.0.0.1, and the whole run stops by itself
 (every wait has a timeout; --deadline bounds the total). Bursts are seeded by SQL into a queen_timers
 with autovacuum off and never analyzed (the claim must not depend on statistics).

@@ -43,9 +43,11 @@ lost commit meets queen_push's (partition, txn) idempotency and is a duplicate, 
 
 Wake-ups: sleep until the earliest due instant, as computed by the database (milliseconds from the
 cycle's BEGIN, so the wake-up is counted from the cycle's start, not its end), clamped to
-[QUEEN_SWEEPER_MIN_SLEEP_MS, QUEEN_SWEEPER_MAX_SLEEP_MS]; a schedule committing a timer due sooner
-than the max sleep sends NOTIFY ``queen_timers`` (payload: the delay in ms) and wakes every sweeper
-early; a full batch (or more due rows) means claim again at once. A cycle that claimed nothing while
+[QUEEN_SWEEPER_MIN_SLEEP_MS, QUEEN_SWEEPER_MAX_SLEEP_MS]. A timer due sooner than the max sleep wakes
+a sweeper early: a schedule that commits by itself on a worker whose sweeper is ``awake`` wakes that
+sweeper in process (``expect``) and sends no NOTIFY; any other (inside a transaction bundle, on a worker
+whose sweeper is disabled, draining or stuck in a cycle) sends NOTIFY ``queen_timers`` (payload: the
+delay in ms), which wakes every sweeper. A full batch (or more due rows) means claim again at once. A cycle that claimed nothing while
 rows are due (their partitions are claimed by other sweepers) sleeps ``BLOCKED_SLEEP_MS`` (clamped).
 
 Failures: a permanent one (not JSON, not zstd, an injected permanent fault, a statement the database
@@ -105,6 +107,7 @@ BLOCKED_SLEEP_MS = 50
 TRANSIENT_PREFIXES = ("08", "53", "57")
 TRANSIENT_STATES = frozenset({"40001", "40P01"})
 PENDING_EVERY_S = 5.0
+STUCK_CYCLE_S = 0.25  # a cycle in flight longer than this cannot be relied on to see a new timer soon
 IDLE_FLOOR_MS = 1_000  # a fire transaction idle this long is hung whatever the lease (never a slow pack)
 
 
@@ -239,6 +242,8 @@ class Sweeper:
         self._stopping = asyncio.Event()
         self._cycle_lock = asyncio.Lock()
         self._last_pending = 0.0
+        self._running = False  # inside run() (a supervised restart sets it again)
+        self._cycle_since: float | None = None  # event-loop clock when the cycle in flight began
 
     # ---------------------------------------------------------------- wake-ups
     def notify(self, payload: str) -> None:
@@ -248,10 +253,29 @@ class Sweeper:
             delay_ms = max(0, int(payload or 0))
         except ValueError:
             delay_ms = 0
-        target = asyncio.get_running_loop().time() + delay_ms / 1000
-        if target < self._notify_at:
-            self._notify_at = target
+        self.expect(asyncio.get_running_loop().time() + delay_ms / 1000)
+
+    def expect(self, at: float) -> bool:
+        """A timer due at ``at`` (event-loop clock) was committed: wake no later than that (kept if a
+        cycle is running: the sleep after it is shortened). False when this sweeper is stopping, so the
+        caller must tell the others (``broker.timers.service``: a schedule committed on this worker wakes
+        this worker's sweeper in process and sends no NOTIFY)."""
+        if self._stopping.is_set():
+            return False
+        if at < self._notify_at:
+            self._notify_at = at
         self._wake.set()
+        return True
+
+    @property
+    def awake(self) -> bool:
+        """Running, not draining and not stuck in a cycle (one in flight for over ``STUCK_CYCLE_S``: an
+        injected stall, a slow statement): a timer committed on this worker now will be seen by this
+        sweeper's next cycle in time."""
+        if not self._running or self._stopping.is_set():
+            return False
+        since = self._cycle_since
+        return since is None or asyncio.get_running_loop().time() - since < STUCK_CYCLE_S
 
     def wake_at(self, res: CycleResult) -> float:
         """When to start the next cycle after ``res`` (event-loop clock): the database's answer of how
@@ -288,6 +312,7 @@ class Sweeper:
 
     async def run(self) -> None:
         """The supervised loop body; returns only when stopping."""
+        self._running = True
         try:
             while not self._stopping.is_set():
                 res = await self.run_once()
@@ -303,6 +328,7 @@ class Sweeper:
             pass
         except BaseException:
             # Start the next run from a clean connection; claims held expire after the lease.
+            self._running = False
             await self._drop_conn()
             raise
         await asyncio.Event().wait()  # drained: idle until the loop is cancelled, never restarted
@@ -319,7 +345,11 @@ class Sweeper:
                 raise _Stopped
             conn = await self._ensure_conn()
             started = time.perf_counter()
-            res = await self._cycle(conn)
+            self._cycle_since = asyncio.get_running_loop().time()
+            try:
+                res = await self._cycle(conn)
+            finally:
+                self._cycle_since = None
             if res.claimed:
                 SWEEP_CYCLE.observe(time.perf_counter() - started)
             self.cycles += 1

@@ -110,6 +110,10 @@ RETURNING sweeper_paused, scheduling_enabled, updated_at;
 -- name: timers_wake
 SELECT pg_notify('queen_timers', '0');
 
+-- name: timers_notify
+-- A timer due in $1 ms was committed (payload as queen_timers_apply sends it).
+SELECT pg_notify('queen_timers', $1::text);
+
 -- name: timers_fault_set
 INSERT INTO queen_timer_faults (tenant, queue, failure_class, remaining, stall_ms)
 VALUES ($1, $2, $3, $4, $5)
