@@ -1,6 +1,6 @@
 """The message log in the shape of the side-by-side comparison with the C++ Queen, against our broker and (optionally) the C++ Queen in one run.
 
-    .venv/bin/python bench/bench_log_shape.py [--quick] [--cpp-url URL] [--url URL] [--only PHASE ...]
+    .venv/bin/python bench/bench_log_shape.py [--quick] [--cpp-bin PATH | --cpp-url URL] [--url URL] [--only PHASE ...]
 
 Shape (what the issue measured with ``wrk -t2 -c50``): one queue, partitions "0".."1000" round-robin,
 payload ``{"message":"Hello World","partition_id":N}``, 50 keep-alive connections in a closed loop:
@@ -15,21 +15,44 @@ payload ``{"message":"Hello World","partition_id":N}``, 50 keep-alive connection
   open_1000       and at 1,000 req/s; latency from each request's SCHEDULED send time (a request that
                   has to wait for a free connection counts that wait: no coordinated omission);
   light_100       one push, one pop (batch 1) + its ack, each at 100/s, open loop, latency per kind
-                  (pushes and pops each from 4 connections, so a slow answer does not delay the next
-                  request's start; a pop
-                  that finds the queue empty (204) still counts its latency).
+                  (pushes round-robin over 4 partitions from 4 connections, pops and their acks from 4
+                  consumers, so a slow answer does not delay the next request's start; a pop that finds
+                  the queue empty (204) still counts its latency). Latency runs from
+                  the instant the generator's timer hands the request over (a wait for a free
+                  connection counts): uvloop's timers fire up to ~1 ms after the scheduled instant,
+                  and that lateness is the generator's, printed on its own line.
 
 Every phase prints msg/s, latency p50/p99 and the p99 of its first and last third (a p99 that grows
-over a phase grows with the rows in the log). With ``--cpp-url`` (or QUEEN_BENCH_CPP_URL) every phase
-also runs against that broker right after ours (same queue shape, its own queue name) and the ratio
-ours/C++ is printed; without it the issue's reference figures (C++ Queen 0.15.1 on a tuned PostgreSQL
-15, same machine kind) are the baseline. Our broker is a real ``queen serve`` (2 workers) on the
+over a phase grows with the rows in the log). With ``--cpp-bin`` (or QUEEN_BENCH_CPP_BIN) the bench
+starts a locally built C++ Queen itself (bench/cpp_queen.py: 2 workers, pools of 10, its own fresh
+database on the same PostgreSQL server as ours, stopped at the end); with ``--cpp-url`` (or
+QUEEN_BENCH_CPP_URL) it uses one already running. Either way every phase also runs against it right
+after ours (same requests, its own queue name), with its CPU per request when the bench started it, and
+the ratio ours/C++ is printed; without either the issue's reference figures (C++ Queen 0.15.1 on a tuned
+PostgreSQL 15, same machine kind) are the baseline. Our broker is a real ``queen serve`` (2 workers) on the
 embedded PostgreSQL (or QUEEN_BENCH_DATABASE_URL, a server DSN; a fresh database), unless ``--url``
 points at a running one. RSS of our master and workers is printed at the end.
 
 The load generator is a minimal HTTP/1.1 client on asyncio streams (uvloop when installed): it keeps
 itself small on a 2-core machine where it competes with the brokers and PostgreSQL; its CPU use per
 phase is printed. ``--quick`` shortens every phase (3 s, prefill 3 s). Nothing is asserted.
+
+Building the C++ Queen for ``--cpp-bin`` (outside this repository; none of its code belongs here).
+Debian packages: g++, make, cmake, libpq-dev, libssl-dev, zlib1g-dev. Then, in some directory D:
+  1. the ``server/`` and ``lib/`` trees of github.com/smartpricing/queen at commit ab23212 into D;
+  2. D/server/vendor/ filled by hand with what its Makefile's ``deps`` target would download (the
+     Makefile names the versions): uWebSockets tag v20.76.0 as vendor/uWebSockets, uSockets at commit
+     ae52d1ed (the one that uWebSockets release pins) as vendor/uSockets, spdlog (v1.14.1 is asked;
+     1.13.0 builds too) as vendor/spdlog, libuv v1.48.0 as vendor/libuv, jwt-cpp v0.7.0 as
+     vendor/jwt-cpp, and two single headers: nlohmann/json v3.11.3 ``single_include/nlohmann/json.hpp``
+     as vendor/json.hpp, cpp-httplib ``httplib.h`` (it asks for master; v0.45.0, the release before
+     that commit, builds) as vendor/httplib.h;
+  3. libuv as a static library: ``cmake .. -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF
+     -DLIBUV_BUILD_SHARED=OFF && cmake --build . --target uv_a`` in vendor/libuv/build;
+  4. ``touch vendor/.deps_ready`` (the marker its download step leaves), then in D/server
+     ``nice -n 19 make -j2 build-only`` (some 10-15 minutes on 2 cores) gives D/server/bin/queen-server.
+Pass that binary as ``--cpp-bin D/server/bin/queen-server``; it must stay next to D/lib/schema, which it
+reads on start to create its schema. Its log goes to $TMPDIR/bench_cpp_queen.log.
 """
 
 from __future__ import annotations
@@ -44,12 +67,17 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.cpp_queen import CppQueen  # noqa: E402
+from bench.db import new_db  # noqa: E402
+from bench.httpconn import Conn, HttpError  # noqa: E402
 
 PARTITIONS = 1001  # "0".."1000"
 
@@ -73,63 +101,6 @@ BEFORE: dict[str, str] = {
     "open_500": "p50 4.5, p99 484 ms",
     "open_1000": "844 req/s, p50 1.4 s",
 }
-
-
-class HttpError(Exception):
-    pass
-
-
-class Conn:
-    """One keep-alive HTTP/1.1 connection: request -> (status, body). Bodies by Content-Length."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.host, self.port = host, port
-        self.r: asyncio.StreamReader | None = None
-        self.w: asyncio.StreamWriter | None = None
-
-    async def _open(self) -> None:
-        self.r, self.w = await asyncio.open_connection(self.host, self.port)
-
-    async def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
-        if self.w is None:
-            await self._open()
-        assert self.r is not None and self.w is not None
-        head = f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\n"
-        if body is not None:
-            head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-        self.w.write(head.encode() + b"\r\n" + (body or b""))
-        try:
-            raw = await self.r.readuntil(b"\r\n\r\n")
-        except (asyncio.IncompleteReadError, ConnectionError) as exc:
-            self.close()
-            raise HttpError(f"connection lost: {exc}") from None
-        lines = raw.split(b"\r\n")
-        status = int(lines[0].split(b" ", 2)[1])
-        length = 0
-        chunked = False
-        for ln in lines[1:]:
-            k, _, v = ln.partition(b":")
-            k = k.strip().lower()
-            if k == b"content-length":
-                length = int(v)
-            elif k == b"transfer-encoding" and b"chunked" in v.lower():
-                chunked = True
-        if chunked:
-            data = b""
-            while True:
-                size = int((await self.r.readuntil(b"\r\n")).strip().split(b";")[0], 16)
-                if size == 0:
-                    await self.r.readuntil(b"\r\n")
-                    break
-                data += await self.r.readexactly(size + 2)
-                data = data[:-2]
-            return status, data
-        return status, (await self.r.readexactly(length) if length else b"")
-
-    def close(self) -> None:
-        if self.w is not None:
-            self.w.close()
-        self.r = self.w = None
 
 
 @dataclass
@@ -224,7 +195,7 @@ async def push_once(t: Target, c: Conn, n: int) -> int:
 async def pop_once(t: Target, c: Conn, batch: int, auto: bool, ack: bool) -> int:
     path = f"/api/v1/pop/queue/{t.queue}?batch={batch}&wait=false" + ("&autoAck=true" if auto else "")
     st, data = await c.request("GET", path)
-    if st == 204:
+    if st == 204:  # ours when nothing is there; the C++ Queen answers 200 with no messages
         return 0
     if st != 200:
         raise HttpError(f"pop {st}: {data[:200]!r}")
@@ -233,9 +204,18 @@ async def pop_once(t: Target, c: Conn, batch: int, auto: bool, ack: bool) -> int
         acks = [{"transactionId": m["transactionId"], "partitionId": m["partitionId"], "leaseId": m.get("leaseId"),
                  "status": "completed"} for m in msgs]
         st, data = await c.request("POST", "/api/v1/ack/batch", orjson.dumps({"acknowledgments": acks}))
-        if st != 200:
+        if st != 200 or refused(data):
             raise HttpError(f"ack {st}: {data[:200]!r}")
     return len(msgs)
+
+
+def refused(ack_answer: bytes) -> int:
+    """Acknowledgments answered ``success: false`` (both brokers refuse a bad lease with HTTP 200)."""
+    try:
+        items = orjson.loads(ack_answer)
+    except orjson.JSONDecodeError:
+        return 1
+    return sum(1 for i in items if isinstance(i, dict) and i.get("success") is False) if isinstance(items, list) else 0
 
 
 async def closed_loop(t: Target, conns: int, seconds: float, one, drain: bool = False) -> Result:  # type: ignore[no-untyped-def]
@@ -324,11 +304,12 @@ async def light(t: Target, seconds: float) -> dict[str, Result]:
     out = {k: Result() for k in ("push", "pop", "ack")}
     n = int(100 * seconds)
     t0 = time.perf_counter() + 0.05
-    part = "light"
-    body = orjson.dumps({"items": [{"queue": t.queue + "-light", "partition": part,
-                                    "payload": {"message": "Hello World", "partition_id": 0}}]})
+    bodies = [orjson.dumps({"items": [{"queue": t.queue + "-light", "partition": f"light-{k}",
+                                       "payload": {"message": "Hello World", "partition_id": k}}]})
+              for k in range(LIGHT_CONSUMERS)]
 
-    push_dues: asyncio.Queue[float | None] = asyncio.Queue()
+    push_dues: asyncio.Queue[tuple[float, int] | None] = asyncio.Queue()
+    late: list[float] = []  # the generator's own timer lateness (handed over minus scheduled)
 
     async def push_scheduler() -> None:
         for i in range(n):
@@ -336,15 +317,18 @@ async def light(t: Target, seconds: float) -> dict[str, Result]:
             d = due - time.perf_counter()
             if d > 0:
                 await asyncio.sleep(d)
-            push_dues.put_nowait(due)
+            handed = time.perf_counter()
+            late.append(handed - due)
+            push_dues.put_nowait((handed, i))
         for _ in range(LIGHT_CONSUMERS):
             push_dues.put_nowait(None)
 
     async def pusher() -> None:
         c = t.conn()
         while (due := await push_dues.get()) is not None:
-            st, _ = await c.request("POST", "/api/v1/push", body)
-            out["push"].lat.append((due - t0, time.perf_counter() - due))
+            handed, i = due
+            st, _ = await c.request("POST", "/api/v1/push", bodies[i % LIGHT_CONSUMERS])
+            out["push"].lat.append((handed - t0, time.perf_counter() - handed))
             out["push"].msgs += st in (200, 201)
             out["push"].requests += 1
         c.close()
@@ -358,34 +342,43 @@ async def light(t: Target, seconds: float) -> dict[str, Result]:
             d = due - time.perf_counter()
             if d > 0:
                 await asyncio.sleep(d)
-            dues.put_nowait(due)
-        dues.put_nowait(None)
+            handed = time.perf_counter()
+            late.append(handed - due)
+            dues.put_nowait(handed)
+        for _ in range(LIGHT_CONSUMERS):
+            dues.put_nowait(None)
 
     async def consumer() -> None:
-        """One consumer: pop at the scheduled instant, then ack (timed from when it is sent). A single
-        consumer because the partition's lease is exclusive: a second one would only get 204s."""
+        """A consumer: pop (any partition) at the scheduled instant, then ack (timed from when it is
+        sent). Four of them over four partitions, so a pop is not held back by the previous pop's ack
+        (one partition's lease is exclusive: consumers of one partition would pop in series)."""
         c = t.conn()
-        while (due := await dues.get()) is not None:
+        while (handed := await dues.get()) is not None:
             st, data = await c.request("GET", f"/api/v1/pop/queue/{t.queue}-light?batch=1&wait=false")
-            out["pop"].lat.append((due - t0, time.perf_counter() - due))
+            out["pop"].lat.append((handed - t0, time.perf_counter() - handed))
             out["pop"].requests += 1
-            if st != 200:
+            got = orjson.loads(data).get("messages") if st == 200 else None
+            if not got:  # empty: 204 from ours, 200 with no messages from the C++ Queen
                 continue
-            m = orjson.loads(data)["messages"][0]
+            m = got[0]
             s = time.perf_counter()
-            st, _ = await c.request("POST", "/api/v1/ack", orjson.dumps(
+            st, data = await c.request("POST", "/api/v1/ack", orjson.dumps(
                 {"transactionId": m["transactionId"], "partitionId": m["partitionId"], "leaseId": m.get("leaseId"),
                  "status": "completed"}))
-            out["ack"].lat.append((due - t0, time.perf_counter() - s))
+            out["ack"].lat.append((handed - t0, time.perf_counter() - s))
             out["pop"].msgs += 1
-            out["ack"].msgs += st == 200
+            out["ack"].msgs += st == 200 and not refused(data)
             out["ack"].requests += 1
         c.close()
 
     await asyncio.gather(push_scheduler(), scheduler(), *[pusher() for _ in range(LIGHT_CONSUMERS)],
-                         consumer())
+                         *[consumer() for _ in range(LIGHT_CONSUMERS)])
     for r in out.values():
         r.seconds = seconds
+    late.sort()
+    if late:
+        print(f"  light_100 generator timer lateness (not counted): p50 {late[len(late) // 2] * 1000:.2f} "
+              f"p99 {late[int(len(late) * 0.99)] * 1000:.2f} ms", flush=True)
     return out
 
 
@@ -450,9 +443,13 @@ async def make_db(server_dsn: str) -> str:
     return await new_migrated_db(server_dsn, "bench_shape")
 
 
-async def main_async(args: argparse.Namespace, ours_url: str, broker_pid: int | None, db: str | None) -> None:
+async def main_async(args: argparse.Namespace, ours_url: str, broker_pid: int | None, db: str | None,
+                     cpp: CppQueen | None = None) -> None:
     targets = [Target("ours", ours_url, CpuMeter(broker_pid, db) if broker_pid or db else None)]
-    if args.cpp_url:
+    if cpp is not None:
+        assert cpp.proc is not None
+        targets.append(Target("cpp", cpp.url, CpuMeter(cpp.proc.pid, cpp.db)))
+    elif args.cpp_url:
         targets.append(Target("cpp", args.cpp_url))
     print(f"{args.conns} connections, {PARTITIONS} partitions, {args.seconds:g} s per phase, prefill {args.prefill:g} s, "
           f"cpus={os.cpu_count()}, load avg {os.getloadavg()[0]:.1f}", flush=True)
@@ -474,7 +471,7 @@ async def main_async(args: argparse.Namespace, ours_url: str, broker_pid: int | 
             for k, r in got_t.items():
                 got[t.name + k] = r
                 print(f"  {phase + k:18s} {t.name:4s} {describe(r)}", flush=True)
-        if args.cpp_url and "ours" in got and "cpp" in got:
+        if "ours" in got and "cpp" in got:
             o, c = got["ours"], got["cpp"]
             print(f"  {phase:18s} ratio ours/cpp {o.rate / c.rate if c.rate else float('nan'):.2f} "
                   f"(p99 {o.pct(0.99):.1f} vs {c.pct(0.99):.1f} ms)", flush=True)
@@ -499,6 +496,9 @@ def main() -> None:
     ap.add_argument("--url", help="a running broker of ours (default: start one, 2 workers)")
     ap.add_argument("--cpp-url", default=os.environ.get("QUEEN_BENCH_CPP_URL"),
                     help="the C++ Queen to run side by side (env QUEEN_BENCH_CPP_URL)")
+    ap.add_argument("--cpp-bin", default=os.environ.get("QUEEN_BENCH_CPP_BIN"),
+                    help="a built C++ Queen server/bin/queen-server: the bench starts it on its own database of the "
+                         "same PostgreSQL server as ours, runs it side by side and stops it (env QUEEN_BENCH_CPP_BIN)")
     ap.add_argument("--only", nargs="+", choices=PHASES, help="run only these phases")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--broker-pid", type=int, help="with --url: our broker's master pid (CPU and RSS accounting)")
@@ -513,33 +513,41 @@ def main() -> None:
         uvloop.install()
     except ImportError:
         pass
-    if args.url:
-        asyncio.run(main_async(args, args.url, args.broker_pid, args.db))
-        return
-    from broker.localserver import LocalBroker
-
     server = os.environ.get("QUEEN_BENCH_DATABASE_URL") or os.environ.get("QUEEN_TEST_DATABASE_URL")
-    emb = None
-    if not server:
-        from broker.store import embedded
-
-        emb = embedded.start(Path(tempfile.mkdtemp(prefix="bench-shape-")))
-        server = emb.dsn()
-    b = None
+    if args.cpp_bin and not Path(args.cpp_bin).is_file():
+        ap.error(f"--cpp-bin: no such file {args.cpp_bin}")
+    if args.url and args.cpp_bin and not server:
+        ap.error("--cpp-bin with --url needs QUEEN_BENCH_DATABASE_URL: the PostgreSQL server of that broker")
+    emb: Any = None
+    b: Any = None
+    cpp: CppQueen | None = None
     try:
+        if not server and not args.url:
+            from broker.store import embedded
+
+            emb = embedded.start(Path(tempfile.mkdtemp(prefix="bench-shape-")))
+            server = emb.dsn()
+        if args.cpp_bin:
+            assert server is not None
+            cpp = CppQueen(args.cpp_bin, asyncio.run(new_db(server, "bench_shape_cpp")), workers=args.workers)
+            cpp.start()
+        if args.url:
+            asyncio.run(main_async(args, args.url, args.broker_pid, args.db, cpp))
+            return
+        from broker.localserver import LocalBroker
+
+        assert server is not None
         dsn = asyncio.run(make_db(server))
         env = {"QUEEN_LOG_LEVEL": "WARNING", **dict(kv.split("=", 1) for kv in args.env)}
         b = LocalBroker(dsn=dsn, workers=args.workers, env=env,
                         log_path=Path(tempfile.gettempdir()) / "bench_log_shape_broker.log")
         b.start()
         assert b.proc is not None
-        asyncio.run(main_async(args, b.url, b.proc.pid, urlsplit(dsn).path.lstrip("/")))
+        asyncio.run(main_async(args, b.url, b.proc.pid, urlsplit(dsn).path.lstrip("/"), cpp))
     finally:
-        if b is not None:
-            b.stop()
-        if emb is not None:
-            emb.stop()
-
+        for running in (b, cpp, emb):
+            if running is not None:
+                running.stop()
 
 if __name__ == "__main__":
     main()

@@ -16,15 +16,20 @@ import asyncpg
 from broker.store import migrate
 
 
-async def new_migrated_db(server_dsn: str, prefix: str) -> str:
-    """Create ``<prefix>_<random>`` on the server of ``server_dsn``, migrate it, return its DSN."""
+async def new_db(server_dsn: str, prefix: str) -> str:
+    """Create an empty ``<prefix>_<random>`` on the server of ``server_dsn``, return its DSN."""
     name = f"{prefix}_{uuid.uuid4().hex[:8]}"
     conn = await asyncpg.connect(server_dsn)
     try:
         await conn.execute(f'CREATE DATABASE "{name}"')
     finally:
         await conn.close()
-    dsn = urlsplit(server_dsn)._replace(path="/" + name).geturl()
+    return urlsplit(server_dsn)._replace(path="/" + name).geturl()
+
+
+async def new_migrated_db(server_dsn: str, prefix: str) -> str:
+    """``new_db`` with our schema migrated in."""
+    dsn = await new_db(server_dsn, prefix)
     await migrate.apply_url(dsn)
     return dsn
 

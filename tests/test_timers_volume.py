@@ -94,6 +94,32 @@ async def test_schedule_into_a_big_queue_probes_by_key_without_statistics(burst)
     assert delta["seq_scan"] == 0 and delta["idx_tup_fetch"] <= 20, delta
 
 
+async def test_schedule_plan_cached_on_an_empty_table_still_probes_by_key(burst):
+    """queen_timers_apply runs on one generic plan per connection, built at its first call. Built while
+    the table was empty, it must still probe by key once a burst has filled the table (no ANALYZE, so
+    nothing invalidates the cached plan): the plan catches a sequential scan or a walk of the queue."""
+    conn = burst
+
+    def ops(keys: list[str], op: str = "schedule") -> tuple:
+        m = len(keys)
+        return ("vol", "sub", True, 1000, [op] * m, ["q"] * m, keys, [None] * m, [f"t-{k}" for k in keys],
+                [uuid.uuid4() for _ in keys], [b"{}"] * m, [False] * m, [None] * m, [3_600_000] * m)
+
+    delta, rows = await touched(conn, Q.timers_apply, *ops(["first"]))  # the plan is built and cached now
+    assert [r["status"] for r in rows] == ["scheduled"]
+    await conn.execute(SEED, "1 hour", ROWS)
+    assert_never_analyzed(await conn.fetchrow(
+        "SELECT last_analyze, last_autoanalyze FROM pg_stat_user_tables WHERE relname = 'queen_timers'"))
+    keys = [f"late-{i}" for i in range(64)] + ["k10", "k20"]
+    delta, rows = await touched(conn, Q.timers_apply, *ops(keys))
+    assert [r["status"] for r in rows] == ["scheduled"] * 64 + ["rescheduled"] * 2
+    assert delta["seq_scan"] == 0, delta
+    assert delta["idx_tup_fetch"] <= 4 * len(keys), delta
+    delta, rows = await touched(conn, Q.timers_apply, *ops(["k30", "nope"], "cancel"))
+    assert [r["status"] for r in rows] == ["cancelled", "absent"]
+    assert delta["seq_scan"] == 0 and delta["idx_tup_fetch"] <= 20, delta
+
+
 async def test_the_lease_starts_when_the_claim_ends(burst):
     """claimed_until is measured from the clock at the claim's end, not from its transaction's start: a
     claim inside a transaction that began 600 ms earlier still gets its whole lease."""
