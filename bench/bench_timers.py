@@ -10,7 +10,8 @@ measured at two places and both are printed: AT COMMIT (the clock at the end of 
 statement minus ``deliverAt``: the broker's own histogram queen_timers_fire_lag_seconds, quantiles
 interpolated in its buckets; a message's created_at is its fire transaction's START, so that lag is
 printed beside it, not used) and AT THE CONSUMER (receipt by a consumer long-polling the queue with
-autoAck, in its own process, minus ``deliverAt``); the difference is the NOTIFY -> waiting pop ->
+autoAck, in its own process, with the query the official client sends, autopilot included, minus
+``deliverAt``); the difference is the NOTIFY -> waiting pop ->
 answer path. Traffic goes only to the broker it starts on 127.0.0.1, and the whole run stops by itself
 (every wait has a timeout; --deadline bounds the total). Bursts are seeded by SQL into a queen_timers
 with autovacuum off and never analyzed (the claim must not depend on statistics).
@@ -244,7 +245,9 @@ async def consumer_main(url: str, queue: str) -> None:
 
     stopper = loop.create_task(read_stop())
     path = f"/api/v1/pop/queue/{queue}"
-    params = {"wait": "true", "timeout": "500", "batch": "1000", "autoAck": "true"}
+    # What the official client (queen-mq 2.6) sends for queue(q).batch(1000).wait(True).commit_on_delivery()
+    # .pop() with its defaults: autopilot on, so the sweep width is the broker's choice.
+    params = {"autopilot": "true", "batch": "1000", "wait": "true", "timeout": "500", "autoAck": "true"}
     async with httpx.AsyncClient(base_url=url, timeout=30) as c:
         print("ready", flush=True)
         while not want or (len(receipts) < want[0] and time.time() < want[1]):

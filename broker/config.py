@@ -121,7 +121,7 @@ class Settings:
     timers_max_ops: int = 256
     sweeper_enabled: bool = True
     sweeper_lease_ms: int = 30_000
-    sweeper_min_sleep_ms: int = 5
+    sweeper_min_sleep_ms: int = 1
     sweeper_max_sleep_ms: int = 1_000
     sweeper_batch: int = 1_000
     sweeper_tenant_slice: int = 250
@@ -185,7 +185,7 @@ class Settings:
             timers_max_ops=_int(env, "QUEEN_TIMERS_MAX_OPS", 256, 1, 10_000),
             sweeper_enabled=_bool(env, "QUEEN_SWEEPER_ENABLED", True),
             sweeper_lease_ms=_int(env, "QUEEN_SWEEPER_LEASE_MS", 30_000, 100),
-            sweeper_min_sleep_ms=_int(env, "QUEEN_SWEEPER_MIN_SLEEP_MS", 5, 0),
+            sweeper_min_sleep_ms=_int(env, "QUEEN_SWEEPER_MIN_SLEEP_MS", 1, 0),
             sweeper_max_sleep_ms=_int(env, "QUEEN_SWEEPER_MAX_SLEEP_MS", 1_000, 1),
             sweeper_batch=_int(env, "QUEEN_SWEEPER_BATCH", 1_000, 1, 100_000),
             sweeper_tenant_slice=_int(env, "QUEEN_SWEEPER_TENANT_SLICE", 250, 1, 100_000),

@@ -16,6 +16,9 @@ One cycle, on the sweeper's own connection, in ONE transaction (the transaction 
              exactly those through ``queen_push`` (message id, txn and producer sub of the timer), in
              (queue, partition, deliverAt) order; failed rows get a backoff and, at the attempt budget,
              a synthetic DLQ row (consumer group ``__timers__``). Then COMMIT.
+The sweeper's connection commits without waiting for the WAL flush (``synchronous_commit`` off,
+``timers_sweeper_session``): a fire lost in a database crash loses its deletes with its pushes, so the
+timers fire again, and whoever saw the messages through a write of its own flushed the fire with it.
 A take rewrites no row, so a burst costs one delete per timer (the former claim stamped each row first:
 four index entries per row, more than half of a cycle). A crash rolls the transaction back: the rows
 were never touched and are due again at once. A hung sweeper's open transaction is ended by the
@@ -38,10 +41,13 @@ partition is fired by one sweeper at a time. A row that becomes due while its pa
 for the next cycle; a lease blocks its own partition until it ends, nothing else. A re-fire after a
 lost commit meets queen_push's (partition, txn) idempotency and is a duplicate, never a frame.
 
-Wake-ups: sleep until the earliest due instant, as computed by the database, clamped to
-[QUEEN_SWEEPER_MIN_SLEEP_MS, QUEEN_SWEEPER_MAX_SLEEP_MS]; a schedule committing a timer due sooner
-than the max sleep sends NOTIFY ``queen_timers`` (payload: the delay in ms) and wakes every sweeper
-early; a full batch (or more due rows) means claim again at once. A cycle that claimed nothing while
+Wake-ups: sleep until the earliest due instant, as computed by the database (milliseconds from the
+cycle's BEGIN, so the wake-up is counted from the cycle's start, not its end), clamped to
+[QUEEN_SWEEPER_MIN_SLEEP_MS, QUEEN_SWEEPER_MAX_SLEEP_MS]. A timer due sooner than the max sleep wakes
+a sweeper early: a schedule that commits by itself on a worker whose sweeper is ``awake`` wakes that
+sweeper in process (``expect``) and sends no NOTIFY; any other (inside a transaction bundle, on a worker
+whose sweeper is disabled, draining or stuck in a cycle) sends NOTIFY ``queen_timers`` (payload: the
+delay in ms), which wakes every sweeper. A full batch (or more due rows) means claim again at once. A cycle that claimed nothing while
 rows are due (their partitions are claimed by other sweepers) sleeps ``BLOCKED_SLEEP_MS`` (clamped).
 
 Failures: a permanent one (not JSON, not zstd, an injected permanent fault, a statement the database
@@ -101,6 +107,7 @@ BLOCKED_SLEEP_MS = 50
 TRANSIENT_PREFIXES = ("08", "53", "57")
 TRANSIENT_STATES = frozenset({"40001", "40P01"})
 PENDING_EVERY_S = 5.0
+STUCK_CYCLE_S = 0.25  # a cycle in flight longer than this cannot be relied on to see a new timer soon
 IDLE_FLOOR_MS = 1_000  # a fire transaction idle this long is hung whatever the lease (never a slow pack)
 
 
@@ -117,7 +124,7 @@ def failure_class(exc: BaseException) -> str:
 @dataclass(frozen=True)
 class SweeperConfig:
     lease_ms: int = 30_000
-    min_sleep_ms: int = 5
+    min_sleep_ms: int = 1
     max_sleep_ms: int = 1_000
     batch: int = 1_000
     tenant_slice: int = 250
@@ -156,6 +163,7 @@ class CycleResult:
     dlq: int = 0
     next_due_ms: int | None = None
     lags: list[float] = field(default_factory=list)
+    began_at: float = 0.0  # event-loop clock when the cycle's transaction began (next_due_ms counts from it)
 
     def more_due(self, batch: int) -> bool:
         """Claim again at once: the batch was full, or rows were left due by the tenant slices."""
@@ -234,6 +242,8 @@ class Sweeper:
         self._stopping = asyncio.Event()
         self._cycle_lock = asyncio.Lock()
         self._last_pending = 0.0
+        self._running = False  # inside run() (a supervised restart sets it again)
+        self._cycle_since: float | None = None  # event-loop clock when the cycle in flight began
 
     # ---------------------------------------------------------------- wake-ups
     def notify(self, payload: str) -> None:
@@ -243,14 +253,43 @@ class Sweeper:
             delay_ms = max(0, int(payload or 0))
         except ValueError:
             delay_ms = 0
-        target = asyncio.get_running_loop().time() + delay_ms / 1000
-        if target < self._notify_at:
-            self._notify_at = target
-        self._wake.set()
+        self.expect(asyncio.get_running_loop().time() + delay_ms / 1000)
 
-    async def _sleep(self, ms: int) -> None:
+    def expect(self, at: float) -> bool:
+        """A timer due at ``at`` (event-loop clock) was committed: wake no later than that (kept if a
+        cycle is running: the sleep after it is shortened). False when this sweeper is stopping, so the
+        caller must tell the others (``broker.timers.service``: a schedule committed on this worker wakes
+        this worker's sweeper in process and sends no NOTIFY)."""
+        if self._stopping.is_set():
+            return False
+        if at < self._notify_at:
+            self._notify_at = at
+        self._wake.set()
+        return True
+
+    @property
+    def awake(self) -> bool:
+        """Running, not draining and not stuck in a cycle (one in flight for over ``STUCK_CYCLE_S``: an
+        injected stall, a slow statement): a timer committed on this worker now will be seen by this
+        sweeper's next cycle in time."""
+        if not self._running or self._stopping.is_set():
+            return False
+        since = self._cycle_since
+        return since is None or asyncio.get_running_loop().time() - since < STUCK_CYCLE_S
+
+    def wake_at(self, res: CycleResult) -> float:
+        """When to start the next cycle after ``res`` (event-loop clock): the database's answer of how
+        long until the earliest row is due, counted from the moment the cycle's transaction began (the
+        instant the database measured it from, not the end of the cycle: a cycle that took 10 ms would
+        otherwise sleep 10 ms past the due instant), clamped to [min_sleep, max_sleep]."""
+        next_due = res.next_due_ms
+        if not res.claimed and next_due is not None and next_due <= 0:
+            next_due = BLOCKED_SLEEP_MS  # due rows, all in partitions other sweepers hold
+        return res.began_at + self.config.clamp_sleep_ms(next_due) / 1000
+
+    async def _sleep_until(self, wake_at: float) -> None:
+        """Sleep until ``wake_at`` (event-loop clock), or the earlier instant a NOTIFY asked for."""
         loop = asyncio.get_running_loop()
-        wake_at = loop.time() + ms / 1000
         while not self._stopping.is_set():
             wake_at = min(wake_at, self._notify_at)
             self._notify_at = math.inf
@@ -273,6 +312,7 @@ class Sweeper:
 
     async def run(self) -> None:
         """The supervised loop body; returns only when stopping."""
+        self._running = True
         try:
             while not self._stopping.is_set():
                 res = await self.run_once()
@@ -281,16 +321,14 @@ class Sweeper:
                 if res.more_due(self.config.batch):
                     await asyncio.sleep(0)
                     continue
-                next_due = res.next_due_ms
-                if not res.claimed and next_due is not None and next_due <= 0:
-                    next_due = BLOCKED_SLEEP_MS  # due rows, all in partitions other sweepers hold
-                sleep_ms = self.config.clamp_sleep_ms(next_due)
-                SWEEP_SLEEP.observe(sleep_ms / 1000)
-                await self._sleep(sleep_ms)
+                wake_at = self.wake_at(res)
+                SWEEP_SLEEP.observe(max(0.0, wake_at - asyncio.get_running_loop().time()))
+                await self._sleep_until(wake_at)
         except _Stopped:
             pass
         except BaseException:
             # Start the next run from a clean connection; claims held expire after the lease.
+            self._running = False
             await self._drop_conn()
             raise
         await asyncio.Event().wait()  # drained: idle until the loop is cancelled, never restarted
@@ -307,7 +345,11 @@ class Sweeper:
                 raise _Stopped
             conn = await self._ensure_conn()
             started = time.perf_counter()
-            res = await self._cycle(conn)
+            self._cycle_since = asyncio.get_running_loop().time()
+            try:
+                res = await self._cycle(conn)
+            finally:
+                self._cycle_since = None
             if res.claimed:
                 SWEEP_CYCLE.observe(time.perf_counter() - started)
             self.cycles += 1
@@ -316,7 +358,7 @@ class Sweeper:
 
     async def _cycle(self, conn: asyncpg.Connection) -> CycleResult:
         cfg = self.config
-        res = CycleResult()
+        res = CycleResult(began_at=asyncio.get_running_loop().time())
         async with conn.transaction():
             rows = await conn.fetch(Q.timers_take, cfg.batch, self.cursor, cfg.faults, cfg.tenant_slice)
             taken = []

@@ -88,6 +88,41 @@ def test_multi_partition_pop_shares_one_lease(http, api):
     assert ext["success"] is True and ext["renewed"] == 2
 
 
+def test_autopilot_without_partitions_lets_one_pop_sweep_every_ready_partition(api):
+    q = uniq("apilot")
+    for p in ("p1", "p2", "p3"):
+        api.push(q, [f"{p}-a", f"{p}-b"], partition=p)
+    # what the official client sends by default (autopilot on, width left to the broker)
+    ans = api.pop(q, autopilot="true", batch=100, autoAck="true")
+    assert ans["partitionsClaimed"] == 3
+    assert sorted(m["data"] for m in ans["messages"]) == ["p1-a", "p1-b", "p2-a", "p2-b", "p3-a", "p3-b"]
+    # each partition's messages keep their order inside the answer
+    assert [m["data"] for m in ans["messages"] if m["partition"] == "p2"] == ["p2-a", "p2-b"]
+    assert api.pop(q, autopilot="true", autoAck="true") is None
+
+
+def test_autopilot_keeps_an_explicit_width_and_the_batch_bounds_it(api):
+    q = uniq("apin")
+    for p in ("p1", "p2", "p3"):
+        api.push(q, [p], partition=p)
+    one = api.pop(q, autopilot="true", partitions="1", batch=100, autoAck="true")  # pinned: never second-guessed
+    assert one["partitionsClaimed"] == 1 and len(one["messages"]) == 1
+    two = api.pop(q, autopilot="true", batch=2, autoAck="true")  # never wider than the batch
+    assert two["partitionsClaimed"] == 2 and len(two["messages"]) == 2
+    assert api.pop(q, autopilot="true", autoAck="true") is None
+
+
+def test_without_autopilot_a_pop_claims_one_partition(api):
+    q = uniq("apioff")
+    for p in ("p1", "p2", "p3"):
+        api.push(q, [p], partition=p)
+    for value in (None, "false", "maybe"):  # absent or any other value: the default width 1
+        params = {"batch": 100} if value is None else {"batch": 100, "autopilot": value}
+        ans = api.pop(q, **params)
+        assert ans["partitionsClaimed"] == 1 and len(ans["messages"]) == 1
+        assert all(r["success"] for r in api.ack_all(ans["messages"]))
+
+
 def test_partition_route_pops_only_that_partition(http, api):
     q = uniq("route")
     api.push(q, ["x"], partition="one")

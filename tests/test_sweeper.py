@@ -18,7 +18,7 @@ from helpers import take_and_lease
 from broker.codec import Codec
 from broker.store.pool import connect
 from broker.store.queries import Q
-from broker.sweeper import Sweeper, SweeperConfig, failure_class
+from broker.sweeper import BLOCKED_SLEEP_MS, CycleResult, Sweeper, SweeperConfig, failure_class
 
 
 @pytest.fixture
@@ -89,6 +89,66 @@ async def test_nothing_due_reports_when_the_next_is(db):
     assert out.claimed == 0 and 2_000 < out.next_due_ms <= 3_000
     assert sw.config.clamp_sleep_ms(out.next_due_ms) == 200  # clamped to the max sleep
     assert sw.config.clamp_sleep_ms(-50) == 5 and sw.config.clamp_sleep_ms(None) == 200
+    await sw.stop()
+
+
+async def test_the_sleep_is_counted_from_the_cycles_start(db):
+    """The database says how long until the next row is due, measured at the cycle's BEGIN; the wake-up
+    is that instant, however long the rest of the cycle took."""
+    dsn, conn = db
+    sw = sweeper(dsn, min_sleep_ms=1, max_sleep_ms=10_000)
+    assert sw.wake_at(CycleResult(began_at=100.0, next_due_ms=40)) == pytest.approx(100.04)
+    assert sw.wake_at(CycleResult(began_at=100.0, next_due_ms=0)) == pytest.approx(100.0 + BLOCKED_SLEEP_MS / 1000)
+    assert sw.wake_at(CycleResult(began_at=100.0, next_due_ms=None)) == pytest.approx(110.0)
+    await schedule(conn, "t1", "q", ["later"], delays=[3_000])
+    loop = asyncio.get_running_loop()
+    before = loop.time()
+    out = await sw.run_once()
+    assert before <= out.began_at <= loop.time()
+    assert sw.wake_at(out) == pytest.approx(out.began_at + out.next_due_ms / 1000)
+    await sw.stop()
+
+
+async def test_a_slow_cycle_does_not_push_the_next_due_timer_back(db):
+    """The cycle that learns of a timer due in 2.5 s takes 2 s more (its pending count is slowed here):
+    the timer still fires at its instant, not 2 s late (a sleep counted from the cycle's end)."""
+    dsn, conn = db
+    sw = sweeper(dsn, min_sleep_ms=1, max_sleep_ms=10_000)
+    [res] = await schedule(conn, "t1", "q", ["k"], delays=[2_500], txns=["tx-k"])
+    real = sw._maybe_count_pending
+    slowed = []
+
+    async def slow_once(c: asyncpg.Connection) -> None:
+        if not slowed:
+            slowed.append(True)
+            await asyncio.sleep(2)
+        await real(c)
+
+    sw._maybe_count_pending = slow_once  # type: ignore[method-assign]
+    task = asyncio.get_running_loop().create_task(sw.run())
+    try:
+        t0 = asyncio.get_running_loop().time()
+        while not await log_rows(conn):
+            await asyncio.sleep(0.02)
+            assert asyncio.get_running_loop().time() - t0 < 8, "never fired"
+        assert slowed
+        [m] = await log_rows(conn)
+        lag = (m["created_at"] - res["deliver_at"]).total_seconds()
+        assert 0 <= lag < 1.5, lag  # counted from the cycle's end it would be >= 2 s
+    finally:
+        await sw.stop()
+        task.cancel()
+
+
+async def test_the_sweepers_commits_do_not_wait_for_the_wal_flush(db):
+    """synchronous_commit off on the sweeper's own connection only (the fire deletes and pushes in one
+    transaction, so a commit lost in a database crash fires again); everyone else keeps it on."""
+    dsn, conn = db
+    await schedule(conn, "t1", "q", ["k"])
+    sw = sweeper(dsn)
+    assert (await sw.run_once()).fired == 1
+    assert sw.conn is not None and await sw.conn.fetchval("SHOW synchronous_commit") == "off"
+    assert await conn.fetchval("SHOW synchronous_commit") == "on"
     await sw.stop()
 
 

@@ -4,9 +4,11 @@ time, each partition stays in deliverAt order, and every worker's own fired coun
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 
+import asyncpg
 import httpx
 from conftest import uniq
 from helpers import db_fetch, frames, timer_op, wait_for
@@ -63,3 +65,28 @@ def test_both_workers_fire_at_once_and_each_partition_keeps_deliver_at_order(sta
         assert staller in pids and {p for p, v in counts.items() if v > 0} <= pids
         assert sum(counts.values()) == parts * per + 1
         assert frames(b.dsn, f"{burst}-p00-0")
+
+
+async def test_a_schedule_wakes_its_own_workers_sweeper_in_process_and_sends_no_notify(start_broker):
+    """One worker, its sweeper asleep for up to 10 s: a timer scheduled 300 ms ahead fires at its instant
+    (the schedule woke the sweeper of the worker that took it), and no NOTIFY queen_timers went out (a
+    NOTIFY holds the database's notify-queue lock through the commit's flush)."""
+    b = start_broker(env={"QUEEN_SWEEPER_MAX_SLEEP_MS": "10000"}, workers=1)
+    notified: list[str] = []
+    listener = await asyncpg.connect(b.dsn)
+    await listener.add_listener("queen_timers", lambda _c, _p, _ch, payload: notified.append(payload))
+    q = uniq("inproc")
+    try:
+        async with httpx.AsyncClient(base_url=b.url, timeout=30) as c:
+            await asyncio.sleep(0.5)  # the sweeper's first cycle found nothing: asleep for 10 s
+            r = await c.post("/api/v1/timers", json={"operations": [timer_op(q, "k", uniq("txn"), delay=300)]})
+            assert r.status_code == 200 and r.json()["results"][0]["status"] == "scheduled"
+            t0 = time.monotonic()
+            while not await listener.fetchval(
+                    "SELECT count(*) FROM queen_messages m JOIN queen_partitions p ON p.tenant = m.tenant "
+                    "AND p.id = m.partition_id WHERE p.queue = $1", q):
+                assert time.monotonic() - t0 < 5, "the sleeping sweeper was not woken by the schedule"
+                await asyncio.sleep(0.05)
+        assert notified == []
+    finally:
+        await listener.close()

@@ -12,7 +12,9 @@ on in between cannot leave cleartext at rest (the call re-reads the flags once a
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import logging
 from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -35,6 +37,9 @@ from broker.timers.status import Status, iso_us, result
 
 if TYPE_CHECKING:
     from broker.context import Broker
+    from broker.sweeper import Sweeper
+
+log = logging.getLogger("queen.timers")
 
 SQLSTATE_DISABLED = "QT001"
 SQLSTATE_ENCRYPTING = "QT002"
@@ -164,8 +169,10 @@ async def apply(
         queues = sorted({op.queue for op in ops if op.is_schedule})
         if queues:
             encrypting = {r["name"] for r in await conn.fetch(Q.timers_encrypting_queues, tenant, queues)}
+    sweeper = _local_sweeper(broker, conn)
     for attempt in (1, 2):
-        args = _arrays(broker, principal, ops, encrypting, check_switch)
+        args = _arrays(broker, principal, ops, encrypting, check_switch, notify=sweeper is None)
+        sent_at = asyncio.get_running_loop().time()
         query = Q.timers_apply
         if meter:
             query, args = Q.timers_schedule, (*args, metering.period_seconds())
@@ -188,6 +195,8 @@ async def apply(
                 encrypting.add(queue)
                 continue
             raise
+    if sweeper is not None:
+        _wake_local(broker, sweeper, ops, sent_at)
     out: list[dict[str, Any]] = []
     counts: Counter[str] = Counter()
     for op, row in zip(ops, rows, strict=True):
@@ -201,8 +210,41 @@ async def apply(
     return out
 
 
+def _local_sweeper(broker: Broker, conn: Conn) -> Sweeper | None:
+    """This worker's sweeper when a schedule may wake it in process instead of by NOTIFY: the statement
+    commits by itself (autocommit, so the row is visible when it returns; in a caller's transaction only
+    the NOTIFY, delivered at commit, comes late enough) and the sweeper is running. Every schedule due
+    within the max sleep used to NOTIFY, and a NOTIFY holds PostgreSQL's one notify-queue lock from its
+    commit until the commit's WAL flush is done: at 100 schedule calls/s the fires' commits (which NOTIFY
+    the waiting pops) queued behind the schedules' flushes."""
+    sweeper = broker.services.sweeper
+    if sweeper is None or not sweeper.awake or conn.is_in_transaction():
+        return None
+    return sweeper
+
+
+def _wake_local(broker: Broker, sweeper: Sweeper, ops: Sequence[TimerOp], sent_at: float) -> None:
+    """Wake this worker's sweeper by the earliest delay scheduled (counted from when the statement was
+    sent, so never late: an early wake-up only asks the database again); if it started draining meanwhile,
+    NOTIFY the others after all."""
+    delays = [op.delay_ms for op in ops if op.is_schedule and op.delay_ms is not None]
+    if not delays or min(delays) > broker.settings.sweeper_max_sleep_ms:
+        return
+    if not sweeper.expect(sent_at + max(0, min(delays)) / 1000):
+        asyncio.get_running_loop().create_task(_notify_others(broker, min(delays)))
+
+
+async def _notify_others(broker: Broker, delay_ms: int) -> None:
+    try:
+        async with broker.require_pool().acquire() as conn:
+            await conn.execute(Q.timers_notify, str(max(0, delay_ms)))
+    except Exception:  # the others still wake by their own next-due reckoning (at most the max sleep)
+        log.warning("could not NOTIFY the sweepers of a timer due in %d ms", delay_ms, exc_info=True)
+
+
 def _arrays(
-    broker: Broker, principal: Principal, ops: Sequence[TimerOp], encrypting: set[str], check_switch: bool
+    broker: Broker, principal: Principal, ops: Sequence[TimerOp], encrypting: set[str], check_switch: bool,
+    *, notify: bool = True,
 ) -> tuple[Any, ...]:
     columns: list[list[Any]] = [[] for _ in range(10)]
     kinds, queues, keys, parts, txns, ids, payloads, zstd, key_ids, delays = columns
@@ -231,7 +273,7 @@ def _arrays(
             payloads.append(None)
             zstd.append(None)
             key_ids.append(None)
-    near_ms = broker.settings.sweeper_max_sleep_ms
+    near_ms = broker.settings.sweeper_max_sleep_ms if notify else -1  # -1: the statement sends no NOTIFY
     return (principal.tenant, principal.sub, check_switch, near_ms, kinds, queues, keys, parts, txns, ids,
             payloads, zstd, key_ids, delays)
 

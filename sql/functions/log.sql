@@ -37,12 +37,16 @@ $$;
 --     batches over the same partitions cannot deadlock), and ONE set-based statement, run after the
 --     locks are held (so its snapshot sees every committed message of those partitions), finds
 --     duplicates, numbers the new items per partition, inserts them and moves next_seq.
---   * The general path's duplicate lookup is a correlated scalar probe per item: never flattened into
---     a join, it runs with all three key columns of the unique (tenant, partition_id, txn) index
---     bound. A LEFT JOIN was planned (generic plan) with partition_id as a mere join filter, a scan
+--   * The duplicate lookup (both paths) is a correlated scalar probe per item: never flattened into
+--     a join, it binds all three key columns of the unique (tenant, partition_id, txn) index. A LEFT JOIN was planned (generic plan) with partition_id as a mere join filter, a scan
 --     of the tenant's whole index per item (1,000 items over 8 partitions: 43 ms on a fresh database,
---     390 ms eight batches later; with the probe 18-24 ms flat). The fast path keeps its join, which
---     binds partition_id as a parameter (18-24 ms flat for 1,000 items into one partition).
+--     390 ms eight batches later; with the probe 18-24 ms flat). The fast path's join, even with
+--     partition_id bound, became a hash of the WHOLE partition under the generic plan (estimated one
+--     row): a 10-item push cost 0.8 ms into an empty partition, 5.9 ms at 10k messages, 103 ms at 200k
+--     (measured: the timer fire of a steady 1,000/s into one queue spent 4.8 of its 6 ms there);
+--     as a probe it reads only its items' rows (tests/test_log_push_paths.py). KNOWN: on a table never
+--     analyzed the general path's probe may still be planned on the primary key (tenant, partition_id)
+--     with txn as a filter, i.e. the partition read once per item.
 --   * plan_cache_mode = force_generic_plan: its statements are planned once per connection instead of
 --     at every call; planning was over half the cost of a one-item push (1.3 -> 0.6 ms per call at
 --     batch 1, about 15 % less at batch 100, about 20 % more at batch 1000, where execution dominates).
@@ -105,10 +109,11 @@ BEGIN
             FROM unnest(p_ids, p_txns, p_traces, p_payloads, p_codecs, p_key_ids, p_subs, p_deadline_ms)
                  WITH ORDINALITY AS u(id, t, tr, pl, c, k, s, d, ord)
         ), located AS (
-            SELECT it.*, ex.id AS existing_id,
+            SELECT it.*,
+                   (SELECT ex.id FROM queen_messages ex
+                    WHERE ex.tenant = p_tenant AND ex.partition_id = v_pid AND ex.txn = it.t) AS existing_id,
                    first_value(it.i) OVER w AS first_i, first_value(it.id) OVER w AS first_id
             FROM items it
-            LEFT JOIN queen_messages ex ON ex.tenant = p_tenant AND ex.partition_id = v_pid AND ex.txn = it.t
             WINDOW w AS (PARTITION BY it.t ORDER BY it.i)
         ), numbered AS (
             SELECT l.*, (l.existing_id IS NULL AND l.first_i = l.i) AS fresh,
