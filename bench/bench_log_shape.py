@@ -17,7 +17,9 @@ payload ``{"message":"Hello World","partition_id":N}``, 50 keep-alive connection
   light_100       one push, one pop (batch 1) + its ack, each at 100/s, open loop, latency per kind
                   (pushes round-robin over 4 partitions from 4 connections, pops and their acks from 4
                   consumers, so a slow answer does not delay the next request's start; a pop that finds
-                  the queue empty (204) still counts its latency). Latency runs from
+                  the queue empty (204) still counts its latency). The pop stream runs half a period
+                  (5 ms) after the push stream: two 100/s streams, not one 200/s burst of pairs sent at
+                  the same instant. Latency runs from
                   the instant the generator's timer hands the request over (a wait for a free
                   connection counts): uvloop's timers fire up to ~1 ms after the scheduled instant,
                   and that lateness is the generator's, printed on its own line.
@@ -338,7 +340,7 @@ async def light(t: Target, seconds: float) -> dict[str, Result]:
     async def scheduler() -> None:
         await asyncio.sleep(0.2)  # the first pushes are in
         for i in range(n):
-            due = t0 + 0.2 + i / 100
+            due = t0 + 0.205 + i / 100  # half a period after the pushes: the streams interleave
             d = due - time.perf_counter()
             if d > 0:
                 await asyncio.sleep(d)
