@@ -231,7 +231,12 @@ def _wake_local(broker: Broker, sweeper: Sweeper, ops: Sequence[TimerOp], sent_a
     if not delays or min(delays) > broker.settings.sweeper_max_sleep_ms:
         return
     if not sweeper.expect(sent_at + max(0, min(delays)) / 1000):
-        asyncio.get_running_loop().create_task(_notify_others(broker, min(delays)))
+        task = asyncio.get_running_loop().create_task(_notify_others(broker, min(delays)))
+        _NOTIFYING.add(task)  # the loop keeps only a weak reference to a task
+        task.add_done_callback(_NOTIFYING.discard)
+
+
+_NOTIFYING: set[asyncio.Task[None]] = set()
 
 
 async def _notify_others(broker: Broker, delay_ms: int) -> None:
