@@ -79,7 +79,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.cpp_queen import CppQueen  # noqa: E402
 from bench.db import new_db  # noqa: E402
-from bench.httpconn import Conn, HttpError  # noqa: E402
+from bench.httpconn import Conn, HttpError, host_port  # noqa: E402
 
 PARTITIONS = 1001  # "0".."1000"
 
@@ -169,8 +169,7 @@ class Target:
     def __init__(self, name: str, url: str, cpu: CpuMeter | None = None) -> None:
         self.name = name
         self.cpu = cpu
-        u = urlsplit(url)
-        self.host, self.port = u.hostname or "127.0.0.1", u.port or 80
+        self.host, self.port = host_port(url)
         self.queue = f"bench-{name}-{uuid.uuid4().hex[:6]}"
         self.rr = itertools.count()
 

@@ -54,7 +54,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.db import new_migrated_db  # noqa: E402
-from bench.httpconn import Conn  # noqa: E402
+from bench.httpconn import Conn, host_port  # noqa: E402
 from broker.codec import Codec  # noqa: E402
 from broker.localserver import LocalBroker  # noqa: E402
 from broker.sweeper import Sweeper, SweeperConfig  # noqa: E402
@@ -374,11 +374,11 @@ async def bench_ops(url: str, seconds: float = 10.0, rate: int = 100) -> None:
     q = f"ops-{uuid.uuid4().hex[:6]}"
     n = int(seconds * rate)
     lat: dict[str, list[float]] = {"schedule": [], "cancel": [], "peek": []}
-    host, port = url.rsplit("//", 1)[1].rsplit(":", 1)
+    host, port = host_port(url)
     free: list[Conn] = []
 
     async def one(kind: str, i: int, handed: float) -> None:
-        c = free.pop() if free else Conn(host, int(port))
+        c = free.pop() if free else Conn(host, port)
         if kind == "schedule":
             st, data = await c.request("POST", "/api/v1/timers", json.dumps({"operations": [
                 {"op": "schedule", "queue": q, "timerKey": f"k{i}", "payload": PAYLOAD, "delayMs": 3_600_000,

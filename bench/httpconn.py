@@ -9,6 +9,13 @@ Content-Length (or chunks); it is what ``wrk`` is to the C++ Queen's figures.
 from __future__ import annotations
 
 import asyncio
+from urllib.parse import urlsplit
+
+
+def host_port(url: str) -> tuple[str, int]:
+    """(host, port) of a broker's base URL, e.g. ``http://127.0.0.1:6632``."""
+    u = urlsplit(url)
+    return u.hostname or "127.0.0.1", u.port or 80
 
 
 class HttpError(Exception):

@@ -70,6 +70,12 @@ async def test_concurrent_one_partition_pushes_stay_gapless(pg):
             await c.close()
 
 
+async def pop(conn, queue):
+    """One autoAck pop of up to 100 messages from one partition of ``queue`` (queue mode)."""
+    return await conn.fetch("SELECT * FROM queen_pop($1, $2, NULL, '__QUEUE_MODE__', 100, 1, true, NULL, NULL)",
+                            T, queue)
+
+
 async def test_partitions_created_concurrently_are_all_counted_and_all_delivered(pg):
     """Two open transactions each create a new partition of one queue; the second one's count waits for
     the first's row lock. The queue must count both partitions, and a pop must reach both: queen_pop
@@ -82,8 +88,7 @@ async def test_partitions_created_concurrently_are_all_counted_and_all_delivered
                             ("general", lambda p: [("q2", p, f"t-{p}"), ("q2", p + "-x", f"u-{p}")])):
             queue = items("p")[0][0]
             await call(reader, items("p0"))  # the queue exists, with one partition (and a group's cursor)
-            await reader.fetch("SELECT * FROM queen_pop($1, $2, NULL, '__QUEUE_MODE__', 100, 1, true, NULL, NULL)",
-                               T, queue)
+            await pop(reader, queue)
             ta, tb = a.transaction(), b.transaction()
             await ta.start()
             await tb.start()
@@ -101,8 +106,7 @@ async def test_partitions_created_concurrently_are_all_counted_and_all_delivered
             assert counted == made, (path, counted, made)
             got: set[str] = set()
             for _ in range(2 * made):
-                rows = await reader.fetch("SELECT * FROM queen_pop($1, $2, NULL, '__QUEUE_MODE__', 100, 1, true, NULL, NULL)",
-                                          T, queue)
+                rows = await pop(reader, queue)
                 got |= {r["partition"] for r in rows if r["kind"] == "msg"}
             expected = {r["name"] for r in await reader.fetch(
                 "SELECT name FROM queen_partitions WHERE tenant = $1 AND queue = $2", T, queue)} - {"p0"}

@@ -34,5 +34,5 @@ async def release(pool: asyncpg.Pool, tenant: str, queue: str | None, key: str |
         async with conn.transaction():
             released = await conn.execute(Q.timers_release_hook_claims, tenant, queue, key)
             cleared = await conn.execute(Q.timers_faults_clear, tenant, queue)
-            await conn.execute(Q.timers_wake)
+            await conn.execute(Q.timers_wake, "0")
     return {"released": int(released.split()[-1]), "faultsCleared": int(cleared.split()[-1])}

@@ -242,7 +242,7 @@ _NOTIFYING: set[asyncio.Task[None]] = set()
 async def _notify_others(broker: Broker, delay_ms: int) -> None:
     try:
         async with broker.require_pool().acquire() as conn:
-            await conn.execute(Q.timers_notify, str(max(0, delay_ms)))
+            await conn.execute(Q.timers_wake, str(max(0, delay_ms)))
     except Exception:  # the others still wake by their own next-due reckoning (at most the max sleep)
         log.warning("could not NOTIFY the sweepers of a timer due in %d ms", delay_ms, exc_info=True)
 

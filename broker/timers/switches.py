@@ -35,7 +35,7 @@ async def set_sweeper_paused(pool: asyncpg.Pool, paused: bool) -> dict[str, Any]
         async with conn.transaction():
             row = await conn.fetchrow(Q.timers_switch_sweeper, paused)
             if not paused:
-                await conn.execute(Q.timers_wake)
+                await conn.execute(Q.timers_wake, "0")
     return _doc(row)
 
 

@@ -103,10 +103,8 @@ UPDATE queen_timer_switches SET scheduling_enabled = $1, updated_at = now() WHER
 RETURNING sweeper_paused, scheduling_enabled, updated_at;
 
 -- name: timers_wake
-SELECT pg_notify('queen_timers', '0');
-
--- name: timers_notify
--- A timer due in $1 ms was committed (payload as queen_timers_apply sends it).
+-- Wake every sweeper: a timer due in $1 ms was committed (payload as queen_timers_apply sends it), or
+-- '0' to look now (a resume, a released claim).
 SELECT pg_notify('queen_timers', $1::text);
 
 -- name: timers_fault_set
