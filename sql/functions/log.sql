@@ -264,8 +264,10 @@ DECLARE
     v_start    bigint;
     v_end      bigint;
     v_released boolean;
+    v_lease    uuid;
+    v_lend     bigint;
 BEGIN
-    SELECT c.acked_seq INTO v_acked FROM queen_cursors c
+    SELECT c.acked_seq, c.lease_id, c.lease_end_seq INTO v_acked, v_lease, v_lend FROM queen_cursors c
     WHERE c.tenant = p_tenant AND c.partition_id = p_pid AND c.consumer_group = p_group;
     IF NOT FOUND THEN
         RETURN NULL;
@@ -294,13 +296,19 @@ BEGIN
     INSERT INTO queen_msg_state AS s (tenant, partition_id, consumer_group, seq, acked)
     SELECT DISTINCT p_tenant, p_pid, p_group, d, true FROM unnest(p_done) AS d WHERE d > v_acked
     ON CONFLICT (tenant, partition_id, consumer_group, seq) DO UPDATE SET acked = true;
-    UPDATE queen_cursors c
-    SET acked_seq = v_acked,
-        lease_id = CASE WHEN c.lease_end_seq IS NOT NULL AND v_acked >= c.lease_end_seq THEN NULL ELSE c.lease_id END,
-        lease_until = CASE WHEN c.lease_end_seq IS NOT NULL AND v_acked >= c.lease_end_seq THEN NULL ELSE c.lease_until END,
-        lease_end_seq = CASE WHEN c.lease_end_seq IS NOT NULL AND v_acked >= c.lease_end_seq THEN NULL ELSE c.lease_end_seq END
-    WHERE c.tenant = p_tenant AND c.partition_id = p_pid AND c.consumer_group = p_group
-    RETURNING c.lease_id IS NULL INTO v_released;
+    -- Written only when it changes (the caller holds the row's lock): an auto-ack pop has already moved
+    -- the cursor and dropped the lease, and a second row version per pop was pure bloat.
+    IF v_acked > v_start OR (v_lend IS NOT NULL AND v_acked >= v_lend) THEN
+        UPDATE queen_cursors c
+        SET acked_seq = v_acked,
+            lease_id = CASE WHEN c.lease_end_seq IS NOT NULL AND v_acked >= c.lease_end_seq THEN NULL ELSE c.lease_id END,
+            lease_until = CASE WHEN c.lease_end_seq IS NOT NULL AND v_acked >= c.lease_end_seq THEN NULL ELSE c.lease_until END,
+            lease_end_seq = CASE WHEN c.lease_end_seq IS NOT NULL AND v_acked >= c.lease_end_seq THEN NULL ELSE c.lease_end_seq END
+        WHERE c.tenant = p_tenant AND c.partition_id = p_pid AND c.consumer_group = p_group
+        RETURNING c.lease_id IS NULL INTO v_released;
+    ELSE
+        v_released := v_lease IS NULL;
+    END IF;
     IF v_released THEN
         PERFORM queen_wake(p_tenant, ARRAY[p.queue::text])
         FROM queen_partitions p WHERE p.tenant = p_tenant AND p.id = p_pid AND p.next_seq - 1 > v_acked;
