@@ -713,9 +713,7 @@ async def run(args: argparse.Namespace) -> None:
     if admin is None:
         from broker.store import embedded
 
-        d = Path(tempfile.mkdtemp(prefix="bench-timers-"))
-        os.chmod(d, 0o755)
-        emb = embedded.start(d)
+        emb = embedded.start_scratch("bench-timers-")
         admin = emb.dsn()
     dsn = await new_db(admin)
     raw_dsn = await new_db(admin)
