@@ -61,6 +61,14 @@ async def test_named_partition_pop_and_one_item_ack_read_only_their_partition(pg
             assert popped < 30 and acked < 30, (attempt, popped, acked)
         c = await cursor(conn, got[0]["partition_id"])
         assert c["acked_seq"] == 8 and c["lease_id"] is None
+        # a partition that does not exist (yet): nothing, and nothing to wait for
+        rows = await conn.fetch("SELECT kind, seq FROM queen_pop($1, 'wide', 'nope', $2, 1, 1, false, NULL, NULL)", T, QM)
+        assert [tuple(r) for r in rows] == [("idle", None)]
+        # a named partition that is leased: the answer says when the lease ends
+        await push(conn, "wide", "mine", ["late"])
+        held = await pop(conn, "wide", "mine")
+        rows = await conn.fetch("SELECT kind, seq FROM queen_pop($1, 'wide', 'mine', $2, 1, 1, false, NULL, NULL)", T, QM)
+        assert len(held) == 1 and len(rows) == 1 and rows[0]["kind"] == "idle" and rows[0]["seq"] > 1000
     finally:
         await conn.close()
 

@@ -450,7 +450,10 @@ BEGIN
     IF p_partition IS NOT NULL THEN
         SELECT p.id INTO v_pid FROM queen_partitions p
         WHERE p.tenant = p_tenant AND p.queue = p_queue AND p.name = p_partition;
-        IF v_pid IS NULL THEN  -- no such partition (yet): nothing to deliver
+        IF v_pid IS NULL THEN  -- no such partition (yet): nothing to deliver, nothing to wait for
+            RETURN QUERY SELECT 'idle'::text, NULL::uuid, NULL::text, NULL::bigint, NULL::uuid, NULL::text,
+                NULL::uuid, NULL::bytea, NULL::smallint, NULL::text, NULL::text, NULL::timestamptz, NULL::integer,
+                NULL::uuid, NULL::timestamptz, NULL::timestamptz;
             RETURN;
         END IF;
     END IF;
@@ -607,11 +610,17 @@ BEGIN
 
     IF NOT v_any THEN
         -- seq carries the milliseconds until that instant (by the database clock).
-        SELECT min(cu.lease_until) INTO v_until FROM queen_cursors cu
-        JOIN queen_partitions p ON p.tenant = cu.tenant AND p.id = cu.partition_id
-        WHERE cu.tenant = p_tenant AND cu.queue = p_queue AND cu.consumer_group = p_group
-          AND (p_partition IS NULL OR p.name = p_partition)
-          AND p.next_seq - 1 > cu.acked_seq AND cu.lease_until > now();
+        IF v_pid IS NULL THEN
+            SELECT min(cu.lease_until) INTO v_until FROM queen_cursors cu
+            JOIN queen_partitions p ON p.tenant = cu.tenant AND p.id = cu.partition_id
+            WHERE cu.tenant = p_tenant AND cu.queue = p_queue AND cu.consumer_group = p_group
+              AND p.next_seq - 1 > cu.acked_seq AND cu.lease_until > now();
+        ELSE
+            SELECT cu.lease_until INTO v_until FROM queen_cursors cu, queen_partitions p
+            WHERE cu.tenant = p_tenant AND cu.partition_id = v_pid AND cu.consumer_group = p_group
+              AND p.tenant = p_tenant AND p.id = v_pid
+              AND p.next_seq - 1 > cu.acked_seq AND cu.lease_until > now();
+        END IF;
         IF v_gated OR q.window_s > 0 THEN
             v_until := least(v_until, queen_pop_ready_at(p_tenant, p_queue, p_partition, p_group, q.delay_s,
                                                          q.window_s, q.retry_delay_ms));
