@@ -333,6 +333,23 @@ def test_not_json_payload_is_accepted_and_fails_at_the_fire(api):
     assert api.cancel(q, "bad").json()["status"] == "cancelled"  # ...so cancellable
 
 
+def test_a_reschedule_to_a_payload_that_is_not_json_still_fails_at_the_fire(api):
+    """A JSON timer is stored ready for the log (the sweeper fires it inside the database); its reschedule
+    to bytes that are not JSON must not keep that: the fire judges them and fails, as for a new timer."""
+    q = uniq("tq")
+    [a] = api.timer_results(sched(q, "k", delay=60_000, payload=b'{"ok": true}'))
+    [b] = api.timer_results(sched(q, "k", delay=0, payload=b"not json either"))
+    assert (a["status"], b["status"]) == ("scheduled", "rescheduled")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        peek = api.peek(q, "k").json()
+        if peek["attempts"] >= 1:
+            break
+        time.sleep(0.05)
+    assert peek["attempts"] >= 1 and "JSON" in peek["lastError"]
+    assert api.cancel(q, "k").json()["status"] == "cancelled"
+
+
 def test_test_hooks_validate_their_bodies(http):
     r = http.post("/api/v1/test/timers/fail", json={"queue": "q", "count": 1, "class": "sometimes"})
     assert r.status_code == 400
