@@ -43,6 +43,7 @@ import asyncio
 import base64
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -712,6 +713,7 @@ async def main() -> None:
 async def run(args: argparse.Namespace) -> None:
     wanted = set(args.only or ["schedule", "flat", "ops", "sustained", "bursts", "scale", "tenants", "profile"])
     emb = None
+    d = Path()
     admin = args.dsn
     if admin is None:
         from broker.store import embedded
@@ -750,6 +752,7 @@ async def run(args: argparse.Namespace) -> None:
         await asyncio.to_thread(b.stop)
         if emb is not None:
             emb.stop()
+            shutil.rmtree(d, ignore_errors=True)  # a 100k burst leaves ~1 GB: runs had filled the disk
         if RESULTS:
             print(f"\n== timers at volume (load {os.getloadavg()[0]:.1f}) ==")
             for name, figure, target, mark, extra in RESULTS:
