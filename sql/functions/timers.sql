@@ -113,7 +113,8 @@ BEGIN
         ON CONFLICT (tenant, queue, timer_key) DO UPDATE
            SET partition = excluded.partition, txn = excluded.txn, message_id = excluded.message_id,
                payload = excluded.payload, payload_zstd = excluded.payload_zstd, key_id = excluded.key_id,
-               payload_ready = excluded.payload_ready, producer_sub = excluded.producer_sub, deliver_at = excluded.deliver_at,
+               payload_ready = excluded.payload_ready, producer_sub = excluded.producer_sub,
+               deliver_at = excluded.deliver_at,
                due_at = excluded.due_at, attempts = 0, failures = 0, last_error = NULL,
                claim_token = NULL, claimed_until = NULL, claimed_by = NULL, updated_at = now()
            WHERE NOT (t.claim_token IS NOT NULL AND t.claimed_until > now())
