@@ -526,7 +526,7 @@ def main() -> None:
         if not server and not args.url:
             from broker.store import embedded
 
-            emb = embedded.start(Path(tempfile.mkdtemp(prefix="bench-shape-")))
+            emb = embedded.start_scratch("bench-shape-")
             server = emb.dsn()
         if args.cpp_bin:
             assert server is not None

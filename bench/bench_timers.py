@@ -43,7 +43,6 @@ import asyncio
 import base64
 import json
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -713,14 +712,11 @@ async def main() -> None:
 async def run(args: argparse.Namespace) -> None:
     wanted = set(args.only or ["schedule", "flat", "ops", "sustained", "bursts", "scale", "tenants", "profile"])
     emb = None
-    d = Path()
     admin = args.dsn
     if admin is None:
         from broker.store import embedded
 
-        d = Path(tempfile.mkdtemp(prefix="bench-timers-"))
-        os.chmod(d, 0o755)
-        emb = embedded.start(d)
+        emb = embedded.start_scratch("bench-timers-")
         admin = emb.dsn()
     dsn = await new_db(admin)
     raw_dsn = await new_db(admin)
@@ -752,7 +748,6 @@ async def run(args: argparse.Namespace) -> None:
         await asyncio.to_thread(b.stop)
         if emb is not None:
             emb.stop()
-            shutil.rmtree(d, ignore_errors=True)  # a 100k burst leaves ~1 GB: runs had filled the disk
         if RESULTS:
             print(f"\n== timers at volume (load {os.getloadavg()[0]:.1f}) ==")
             for name, figure, target, mark, extra in RESULTS:

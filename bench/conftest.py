@@ -16,8 +16,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
-import shutil
-import tempfile
 import uuid
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
@@ -80,13 +78,11 @@ def bench_pg() -> Iterator[BenchPg]:
     # Not under pytest's basetemp: every pytest session that starts on this machine chmods
     # /tmp/pytest-of-<user> back to 0700, which locks out the unprivileged user embedded PostgreSQL runs
     # as (initdb then fails with "Permission denied").
-    data = Path(tempfile.mkdtemp(prefix="queen-bench-pg-"))
-    emb = embedded.start(data)
+    emb = embedded.start_scratch("queen-bench-pg-")
     try:
         yield BenchPg(emb.dsn(), emb)
     finally:
         emb.stop()
-        shutil.rmtree(data, ignore_errors=True)
 
 
 @pytest.fixture

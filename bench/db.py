@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-import tempfile
 import uuid
 from collections.abc import Callable, Coroutine
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -42,7 +40,7 @@ def run_on_a_server(main: Callable[[str], Coroutine[Any, Any, None]], prefix: st
     if not server:
         from broker.store import embedded
 
-        emb = embedded.start(Path(tempfile.mkdtemp(prefix=prefix)))
+        emb = embedded.start_scratch(prefix)
         server = emb.dsn()
     try:
         asyncio.run(main(server))

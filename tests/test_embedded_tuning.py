@@ -1,5 +1,6 @@
 """The embedded PostgreSQL is sized for the machine it starts on (broker/store/embedded.py): the sizing
-follows memory and free disk within bounds, and a started server runs with exactly those values."""
+follows memory and free disk within bounds, a started server runs with exactly those values, and a
+scratch server (benches, load tests) deletes its directory when it stops."""
 
 from __future__ import annotations
 
@@ -35,3 +36,13 @@ def test_the_embedded_server_runs_with_the_sizing(pg) -> None:  # type: ignore[n
     assert got["max_connections"] == "400"
     want_kb = int(emb.tuning["shared_buffers"][:-2]) * 1024
     assert got["shared_buffers"] == f"{want_kb}kB"
+
+
+def test_a_scratch_server_takes_its_directory_with_it() -> None:
+    """The benches' and load tests' throwaway server: stop() deletes the data it wrote."""
+    emb = embedded.start_scratch("queen-scratch-test-")
+    d = emb.scratch
+    assert d is not None and (d / "pg" / "PG_VERSION").exists()
+    assert emb.dsn().startswith("postgresql://")
+    emb.stop()
+    assert not d.exists()

@@ -1,7 +1,9 @@
 """Embedded PostgreSQL (pgserver) for the zero-config default and the tests.
 
 ``start(data_dir)`` initialises (first run) or reuses the cluster under ``data_dir/pg`` and returns a
-DSN. Data stays on disk between runs. pgserver runs the server as an unprivileged user when we are
+DSN. Data stays on disk between runs. ``start_scratch(prefix)`` is the throwaway kind the benches and
+load tests use: a fresh temporary directory, removed by ``stop()`` (a 100,000-timer bench leaves
+gigabytes of WAL and heap behind otherwise). pgserver runs the server as an unprivileged user when we are
 root, which plain ``initdb`` refuses to do. Several processes may share one data dir; the server stops
 when the last one that started it exits.
 """
@@ -12,6 +14,7 @@ import logging
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 log = logging.getLogger("queen.embedded")
@@ -75,6 +78,7 @@ class EmbeddedPostgres:
         import pgserver  # imported lazily: only the embedded path needs it
 
         self.pgdata = (Path(data_dir) / "pg").resolve()
+        self.scratch: Path | None = None  # a directory stop() removes (start_scratch)
         self.pgdata.parent.mkdir(parents=True, exist_ok=True)
         fresh = not (self.pgdata / "PG_VERSION").exists()
         self._server = pgserver.get_server(self.pgdata, cleanup_mode="stop")
@@ -166,9 +170,24 @@ class EmbeddedPostgres:
     def stop(self) -> None:
         self._reopen_traversal()
         self._server.cleanup()
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 def start(data_dir: Path) -> EmbeddedPostgres:
     pg = EmbeddedPostgres(data_dir)
     log.info("embedded PostgreSQL data in %s (dsn %s)", pg.pgdata, pg.dsn())
+    return pg
+
+
+def start_scratch(prefix: str) -> EmbeddedPostgres:
+    """An embedded PostgreSQL in a new temporary directory that ``stop()`` deletes."""
+    d = Path(tempfile.mkdtemp(prefix=prefix))
+    os.chmod(d, 0o755)  # the unprivileged server user must be able to walk into it
+    try:
+        pg = start(d)
+    except BaseException:
+        shutil.rmtree(d, ignore_errors=True)
+        raise
+    pg.scratch = d
     return pg

@@ -31,6 +31,20 @@ BEGIN
 END
 $$;
 
+-- Can a pop serve this (cursor, partition) now: something after the cursor, no live lease, the
+-- windowBuffer quiet period over, the head past delayedProcessing / retryDelay. (Inlined by the planner.)
+CREATE OR REPLACE FUNCTION queen_cursor_servable(p_tenant text, p_group text, p_pid uuid, p_acked bigint,
+                                                 p_next bigint, p_lease_until timestamptz,
+                                                 p_last_push timestamptz, p_window_s integer, p_gated boolean,
+                                                 p_delay_s integer, p_retry_ms integer) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT p_next - 1 > p_acked
+       AND (p_lease_until IS NULL OR p_lease_until <= now())
+       AND (p_window_s = 0 OR p_last_push IS NULL OR p_last_push <= now() - p_window_s * interval '1 second')
+       AND (NOT p_gated OR coalesce(queen_head_ready_at(p_tenant, p_pid, p_group, p_acked, p_delay_s, p_retry_ms),
+                                    now()) <= now())
+$$;
+
 -- For an empty pop of a gated queue: the earliest future instant one of the group's free partitions
 -- with pending messages becomes servable (its head's delay or retry wait ends, or its windowBuffer
 -- passes), so a long poll wakes then rather than at its timeout. NULL if none.
