@@ -3,7 +3,9 @@
 Ours: one ``broker.sweeper.Sweeper.run_once()`` cycle, one transaction: the take statement
 (``queen_timers_take``: tenant slices, partition locks, nothing written), packing in Python (JSON check,
 sealing) and the fire statement (``queen_timers_fire``: delete the taken rows by ctid and message id,
-``queen_push`` into the log), then the commit.
+``queen_push`` into the log), then the commit ("packed": rows written by SQL); "in-db": rows stored as
+the broker's schedule stores JSON payloads (payload_ready), taken and fired by ``queen_timers_sweep`` in
+one statement.
 Baseline: bare SQL in one transaction: a DELETE .. RETURNING of the same due rows (SKIP LOCKED), then the
 same ``queen_push`` with those rows in fire order: the floor with no fairness, no partition locks, no
 packing and no second pass over the rows. Each round is
@@ -18,6 +20,7 @@ import itertools
 from pathlib import Path
 
 import asyncpg
+import pytest
 
 from broker.codec import Codec
 from broker.store.queries import parse as parse_queries
@@ -29,9 +32,9 @@ SQL = parse_queries((Path(__file__).parent / "sql" / "sweep.sql").read_text())
 _seq = itertools.count()
 
 
-def _seed(loop: asyncio.AbstractEventLoop, conn: asyncpg.Connection, tenant: str) -> None:
+def _seed(loop: asyncio.AbstractEventLoop, conn: asyncpg.Connection, tenant: str, ready: bool = False) -> None:
     loop.run_until_complete(conn.execute(SQL["ensure_tenant"], tenant))
-    loop.run_until_complete(conn.execute(SQL["seed_due"], tenant, "bench-sweep", f"r{next(_seq)}-", N))
+    loop.run_until_complete(conn.execute(SQL["seed_due"], tenant, "bench-sweep", f"r{next(_seq)}-", N, ready))
 
 
 def test_fire_bare_sql_baseline(benchmark, bench_pg, loop):  # type: ignore[no-untyped-def]
@@ -59,7 +62,8 @@ def test_fire_bare_sql_baseline(benchmark, bench_pg, loop):  # type: ignore[no-u
         loop.run_until_complete(conn.close())
 
 
-def test_fire_sweeper_cycle(benchmark, bench_pg, loop):  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("ready", [False, True], ids=["packed", "in-db"])
+def test_fire_sweeper_cycle(benchmark, bench_pg, loop, ready):  # type: ignore[no-untyped-def]
     benchmark.group = f"claim + fire {N} due timers"
     benchmark.extra_info["role"] = "ours"
     dsn = bench_pg.new_db()
@@ -70,7 +74,7 @@ def test_fire_sweeper_cycle(benchmark, bench_pg, loop):  # type: ignore[no-untyp
         def cycle() -> None:
             fired.append(loop.run_until_complete(sweeper.run_once()).fired)
 
-        benchmark.pedantic(cycle, setup=lambda: _seed(loop, conn, "acme"), rounds=ROUNDS, iterations=1)
+        benchmark.pedantic(cycle, setup=lambda: _seed(loop, conn, "acme", ready), rounds=ROUNDS, iterations=1)
         assert fired and all(n == N for n in fired)
     finally:
         loop.run_until_complete(sweeper.stop())

@@ -16,7 +16,9 @@ scheduler speak over the benches' lean keep-alive client (bench/httpconn.py), no
 cores httpx's own CPU (the scheduler at 100 calls/s took ~60 % of a core) was lag the broker did not
 cause; the figures are the broker's, measured as a tuned client sees them. Traffic goes only to the broker it starts on 127.0.0.1, and the whole run stops by itself
 (every wait has a timeout; --deadline bounds the total). Bursts are seeded by SQL into a queen_timers
-with autovacuum off and never analyzed (the claim must not depend on statistics).
+with autovacuum off and never analyzed (the claim must not depend on statistics), each row as
+POST /api/v1/timers would store it (payload_ready: the sweeper fires it inside the database);
+--seed-unready seeds rows the sweeper must pack in Python instead.
 
   schedule   POST /api/v1/timers, 8 callers x 256-op batches into ONE queue, then spread over 8 queues;
              ops/s, batch p50/p99, beside the bare unnest INSERT of the same rows over 8 connections.
@@ -74,13 +76,17 @@ ON CONFLICT (tenant, queue, timer_key) DO UPDATE
    SET txn = excluded.txn, message_id = excluded.message_id, payload = excluded.payload, attempts = 0,
        last_error = NULL, deliver_at = excluded.deliver_at, due_at = excluded.due_at, updated_at = now()
 """
+# Seeded rows carry payload_ready as POST /api/v1/timers would store these small JSON payloads
+# (broker.timers.service.log_ready), so they fire as scheduled timers do; --seed-unready stores false
+# (rows the sweeper must pack in Python: written by SQL, zstd, or above the compression threshold).
 SEED = """
 INSERT INTO queen_timers (tenant, queue, timer_key, partition, txn, message_id, payload, producer_sub,
-                          deliver_at, due_at)
+                          deliver_at, due_at, payload_ready)
 SELECT $1, $2, $3 || g, 'p' || (g % 16), $3 || g, gen_random_uuid(), convert_to('{"n": ' || g || '}', 'UTF8'),
-       'bench', $4::timestamptz, $4::timestamptz
+       'bench', $4::timestamptz, $4::timestamptz, $6::boolean
 FROM generate_series(1, $5::integer) AS g
 """
+SEED_READY = [True]  # cleared by --seed-unready
 ENSURE_TENANT = "INSERT INTO queen_tenants (tenant) VALUES ($1) ON CONFLICT DO NOTHING"
 # The bare-SQL bound of a fire: one statement per 1,000 rows that locks the earliest due rows, deletes
 # them and pushes them into the log, on one connection (no fairness, no partition exclusivity, no pack).
@@ -469,10 +475,10 @@ FROM generate_series($5::integer, $6::integer) AS g
 """
 SEED_SPREAD = """
 INSERT INTO queen_timers (tenant, queue, timer_key, partition, txn, message_id, payload, producer_sub,
-                          deliver_at, due_at)
+                          deliver_at, due_at, payload_ready)
 SELECT $1, $2, $3 || g, 'p' || (g % 16), $3 || g, gen_random_uuid(), convert_to('{"n": ' || g || '}', 'UTF8'),
        'bench', $4::timestamptz + (g % $6::integer) * interval '1 millisecond',
-       $4::timestamptz + (g % $6::integer) * interval '1 millisecond'
+       $4::timestamptz + (g % $6::integer) * interval '1 millisecond', $7::boolean
 FROM generate_series(1, $5::integer) AS g
 """
 
@@ -486,7 +492,7 @@ async def burst_at(url: str, conn: asyncpg.Connection, n: int, window_ms: int = 
     consumer = await Consumer(url, q).start() if tenant == "default" else None
     h0 = scrape_hist(url)
     at = await conn.fetchval("SELECT now() + $1::integer * interval '1 millisecond'", lead_ms)
-    await conn.execute(SEED_SPREAD, tenant, q, "b", at, n, max(1, window_ms))
+    await conn.execute(SEED_SPREAD, tenant, q, "b", at, n, max(1, window_ms), SEED_READY[0])
     await conn.execute("SELECT pg_notify('queen_timers', $1)", str(lead_ms))
     t_at = at.timestamp()
     await asyncio.sleep(max(0.0, t_at - time.time()))
@@ -586,7 +592,7 @@ async def raw_burst(dsn: str, n: int, batch: int = 1000) -> float:
     try:
         await conn.execute(ENSURE_TENANT, "raw")
         at = await conn.fetchval("SELECT now() - interval '1 s'")
-        await conn.execute(SEED, "raw", "burst", "r", at, n)
+        await conn.execute(SEED, "raw", "burst", "r", at, n, True)
         await conn.execute("VACUUM ANALYZE queen_timers")
         t0 = time.perf_counter()
         done = 0
@@ -607,7 +613,7 @@ async def bench_tenants(url: str, conn: asyncpg.Connection, n: int = 100_000, ra
     await conn.execute(ENSURE_TENANT, "tenant-a")
     async with httpx.AsyncClient(base_url=url, timeout=30) as c:
         at = await conn.fetchval("SELECT now() + interval '500 ms'")
-        await conn.execute(SEED, "tenant-a", "burst-a", "a", at, n)
+        await conn.execute(SEED, "tenant-a", "burst-a", "a", at, n, SEED_READY[0])
         await conn.execute("VACUUM ANALYZE queen_timers")
         start = time.perf_counter()
         i = 0
@@ -642,7 +648,7 @@ async def bench_profile(dsn: str, n: int = 20_000) -> None:
     conn = await asyncpg.connect(dsn)
     await conn.execute(ENSURE_TENANT, "prof")
     at = await conn.fetchval("SELECT now() - interval '1 s'")
-    await conn.execute(SEED, "prof", "prof", "p", at, n)
+    await conn.execute(SEED, "prof", "prof", "p", at, n, SEED_READY[0])
     await conn.execute("VACUUM ANALYZE queen_timers")
     sw = Sweeper(dsn, SweeperConfig(batch=1000), Codec(1024), name="bench-profile")
     phases = {"take": 0.0, "pack": 0.0, "fire": 0.0}
@@ -693,11 +699,14 @@ async def main() -> None:
                     help="bursts to run, comma-separated: 1k (one instant), 20k (a 4 s window), or any N / Nk at one instant")
     ap.add_argument("--ops-seconds", type=float, default=10.0, help="seconds of each single-op rate")
     ap.add_argument("--deadline", type=float, default=3600.0, help="stop everything after this many seconds")
+    ap.add_argument("--seed-unready", action="store_true",
+                    help="seed bursts with payload_ready false (packed in Python) instead of as a schedule stores them")
     ap.add_argument("--consumer", nargs=2, metavar=("URL", "QUEUE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.consumer:
         await consumer_main(*args.consumer)
         return
+    SEED_READY[0] = not args.seed_unready
     if args.burst != 100_000 and args.bursts == "1k,20k,100k":
         args.bursts = f"1k,20k,{args.burst}"
     try:

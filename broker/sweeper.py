@@ -4,7 +4,10 @@ Shape: ``SweeperConfig`` (from Settings) + ``Sweeper.run()`` (the supervised loo
 cycle, testable alone). Every worker runs one (started by ``broker.services``), unless ``QUEEN_SWEEPER_ENABLED=0``.
 
 One cycle, on the sweeper's own connection, in ONE transaction (the transaction is the claim):
-  1. take    ``queen_timers_take``: up to ``QUEEN_SWEEPER_BATCH`` due rows, read and not written: the
+  1. take    ``queen_timers_sweep`` (which takes with ``queen_timers_take``; when every row taken is ready,
+             i.e. its payload was judged JSON at schedule or sealed then, and no fault is injected, the same
+             statement fires them (step 3) and the cycle is one round trip, no payload leaving the database):
+             up to ``QUEEN_SWEEPER_BATCH`` due rows, read and not written: the
              partitions they come from are locked (transaction advisory locks) until the commit, so no
              other sweeper takes them; every tenant with due rows gets an equal slice of the batch (at
              most QUEEN_SWEEPER_TENANT_SLICE rows while several are due) and the walk over tenants
@@ -360,18 +363,24 @@ class Sweeper:
         cfg = self.config
         res = CycleResult(began_at=asyncio.get_running_loop().time())
         async with conn.transaction():
-            rows = await conn.fetch(Q.timers_take, cfg.batch, self.cursor, cfg.faults, cfg.tenant_slice)
-            taken = []
+            rows = await conn.fetch(Q.timers_sweep, cfg.batch, self.cursor, cfg.faults, cfg.tenant_slice,
+                                    cfg.max_attempts, cfg.backoff_base_ms, cfg.backoff_cap_ms)
+            taken, fired = [], []
             for r in rows:
-                if r["tenant"] is None:
+                kind = r["kind"]
+                if kind == "summary":
                     res.next_due_ms = r["next_due_ms"]
                     res.paused = bool(r["paused"])
-                else:
+                    res.claimed = r["taken"] or 0
+                    if res.claimed:
+                        self.cursor = r["tenant"]
+                elif kind == "taken":
                     taken.append(r)
-            res.claimed = len(taken)
+                else:
+                    fired.append(r)
             if not taken:
+                self._account(res, fired)  # every row was ready: fired by the database (or nothing taken)
                 return res
-            self.cursor = taken[0]["tenant"]
             packed = self.pack(taken)
             stall_ms = max((r["stall_ms"] or 0 for r in taken if r["fault"] == "stall"), default=0)
             if not stall_ms:

@@ -36,14 +36,17 @@ def sweeper(dsn: str, **kw) -> Sweeper:
 
 
 async def schedule(conn: asyncpg.Connection, tenant: str, queue: str, keys: list[str], *, delays: list[int] | None = None,
-                   payloads: list[bytes] | None = None, txns: list[str] | None = None, partition: str | None = None) -> list:
+                   payloads: list[bytes] | None = None, txns: list[str] | None = None, partition: str | None = None,
+                   ready: bool = False) -> list:
+    """``ready``: store payload_ready (what the broker's schedule sets for a JSON payload), so the sweep
+    fires the rows inside the database; False (as rows written by SQL) takes the pack in Python."""
     n = len(keys)
     delays = delays if delays is not None else [0] * n
     payloads = payloads if payloads is not None else [b'{"i": %d}' % i for i in range(n)]
     txns = txns if txns is not None else [f"{queue}-{k}" for k in keys]
     return await conn.fetch(
         Q.timers_apply, tenant, f"sub-{tenant}", True, 1000, ["schedule"] * n, [queue] * n, keys, [partition] * n,
-        txns, [uuid.uuid4() for _ in keys], payloads, [False] * n, [None] * n, delays,
+        txns, [uuid.uuid4() for _ in keys], payloads, [False] * n, [None] * n, delays, [ready] * n,
     )
 
 
@@ -67,9 +70,10 @@ async def log_rows(conn: asyncpg.Connection, tenant: str | None = None) -> list:
         "WHERE $1::text IS NULL OR m.tenant = $1 ORDER BY m.tenant, p.queue, p.name, m.seq", tenant)
 
 
-async def test_fire_pushes_with_the_timers_identity_and_deletes_the_row(db):
+@pytest.mark.parametrize("ready", [False, True], ids=["packed", "in-db"])
+async def test_fire_pushes_with_the_timers_identity_and_deletes_the_row(db, ready):
     dsn, conn = db
-    [res] = await schedule(conn, "t1", "q", ["k"], txns=["tx-1"], partition="P")
+    [res] = await schedule(conn, "t1", "q", ["k"], txns=["tx-1"], partition="P", ready=ready)
     sw = sweeper(dsn)
     out = await sw.run_once()
     assert (out.claimed, out.fired) == (1, 1)
@@ -152,10 +156,11 @@ async def test_the_sweepers_commits_do_not_wait_for_the_wal_flush(db):
     await sw.stop()
 
 
-async def test_deliver_at_order_within_a_partition_across_a_batch(db):
+@pytest.mark.parametrize("ready", [False, True], ids=["packed", "in-db"])
+async def test_deliver_at_order_within_a_partition_across_a_batch(db, ready):
     dsn, conn = db
     delays = [-10, -50, -30, -20, -40, -60]
-    await schedule(conn, "t1", "q", [f"k{d}" for d in delays], delays=delays, payloads=[str(d).encode() for d in delays])
+    await schedule(conn, "t1", "q", [f"k{d}" for d in delays], delays=delays, payloads=[str(d).encode() for d in delays], ready=ready)
     sw = sweeper(dsn)
     await sw.run_once()
     rows = await log_rows(conn)
@@ -163,10 +168,11 @@ async def test_deliver_at_order_within_a_partition_across_a_batch(db):
     await sw.stop()
 
 
-async def test_a_burst_of_one_tenant_does_not_starve_another(db):
+@pytest.mark.parametrize("ready", [False, True], ids=["packed", "in-db"])
+async def test_a_burst_of_one_tenant_does_not_starve_another(db, ready):
     dsn, conn = db
-    await schedule(conn, "tenant-a", "q", [f"a{i:05}" for i in range(1500)], delays=[-1000] * 1500)
-    await schedule(conn, "tenant-b", "q", [f"b{i}" for i in range(5)], delays=[0] * 5)
+    await schedule(conn, "tenant-a", "q", [f"a{i:05}" for i in range(1500)], delays=[-1000] * 1500, ready=ready)
+    await schedule(conn, "tenant-b", "q", [f"b{i}" for i in range(5)], delays=[0] * 5, ready=ready)
     sw = sweeper(dsn, batch=100)
     out = await sw.run_once()
     assert out.claimed <= 100 and out.more_due(100)
@@ -179,9 +185,10 @@ async def test_a_burst_of_one_tenant_does_not_starve_another(db):
     await sw.stop()
 
 
-async def test_refire_after_a_lost_commit_is_a_duplicate_not_a_second_frame(db):
+@pytest.mark.parametrize("ready", [False, True], ids=["packed", "in-db"])
+async def test_refire_after_a_lost_commit_is_a_duplicate_not_a_second_frame(db, ready):
     dsn, conn = db
-    [res] = await schedule(conn, "t1", "q", ["k"], txns=["tx-dup"])
+    [res] = await schedule(conn, "t1", "q", ["k"], txns=["tx-dup"], ready=ready)
     # the message is already in the log (the earlier fire committed, its answer was lost)
     await conn.fetch("SELECT * FROM queen_push('t1', ARRAY['q'], ARRAY['Default'], ARRAY[$1::uuid], ARRAY['tx-dup'], "
                      "ARRAY[NULL::uuid], ARRAY['{}'::bytea], ARRAY[0::smallint], ARRAY[NULL::text], ARRAY['s'], "
@@ -347,7 +354,8 @@ async def test_an_expired_claim_frees_its_partition(db):
     await sw.stop()
 
 
-async def test_concurrent_sweepers_share_a_burst_and_keep_each_partitions_order(db):
+@pytest.mark.parametrize("ready", [False, True], ids=["packed", "in-db"])
+async def test_concurrent_sweepers_share_a_burst_and_keep_each_partitions_order(db, ready):
     """Four sweepers, each on its own connection, race over a burst across 24 partitions: every timer
     fires exactly once, more than one sweeper fires, and each partition's log order is deliverAt order."""
     dsn, conn = db
@@ -355,7 +363,7 @@ async def test_concurrent_sweepers_share_a_burst_and_keep_each_partitions_order(
     for p in range(parts):
         delays = [-(1000 - 10 * i) for i in range(per)]  # i = 0 is due first
         await schedule(conn, "t1", "q", [f"p{p:02}-{i:03}" for i in range(per)], delays=delays,
-                       partition=f"P{p:02}", payloads=[str(i).encode() for i in range(per)])
+                       partition=f"P{p:02}", payloads=[str(i).encode() for i in range(per)], ready=ready)
     sweepers = [sweeper(dsn, batch=40) for _ in range(4)]
 
     async def drain(sw: Sweeper) -> None:
@@ -498,7 +506,7 @@ async def fire_taken(conn: asyncpg.Connection, rows: list) -> list:
 
 async def cancel(conn: asyncpg.Connection, tenant: str, queue: str, key: str) -> str:
     [r] = await conn.fetch(Q.timers_apply, tenant, "sub", False, 1000, ["cancel"], [queue], [key], [None], ["c"],
-                           [None], [None], [None], [None], [None])
+                           [None], [None], [None], [None], [None], [None])
     return str(r["status"])
 
 
@@ -588,7 +596,8 @@ async def test_a_hung_fire_transaction_is_ended_after_the_lease(db):
     await hung.stop()
 
 
-async def test_a_fire_the_database_refuses_finds_the_row_at_fault_in_the_same_transaction(db):
+@pytest.mark.parametrize("ready", [False, True], ids=["packed", "in-db"])
+async def test_a_fire_the_database_refuses_finds_the_row_at_fault_in_the_same_transaction(db, ready):
     """The database refuses one row's message (here a trigger): the others fire in the same cycle and
     the one at fault backs off with one attempt spent, while the partitions stay held."""
     dsn, conn = db
@@ -597,7 +606,7 @@ async def test_a_fire_the_database_refuses_finds_the_row_at_fault_in_the_same_tr
         BEGIN IF NEW.txn = 'poison' THEN RAISE EXCEPTION 'refused for this row'; END IF; RETURN NEW; END $$;
         CREATE TRIGGER test_refuse BEFORE INSERT ON queen_messages FOR EACH ROW EXECUTE FUNCTION test_refuse();
     """)
-    await schedule(conn, "t1", "q", ["a", "b", "c"], txns=["ta", "poison", "tc"], partition="P")
+    await schedule(conn, "t1", "q", ["a", "b", "c"], txns=["ta", "poison", "tc"], partition="P", ready=ready)
     sw = sweeper(dsn)
     out = await sw.run_once()
     assert (out.claimed, out.fired, out.backoff) == (3, 2, 1)
@@ -605,4 +614,76 @@ async def test_a_fire_the_database_refuses_finds_the_row_at_fault_in_the_same_tr
     row = await conn.fetchrow("SELECT timer_key, attempts, last_error, claim_token FROM queen_timers")
     assert (row["timer_key"], row["attempts"], row["claim_token"]) == ("b", 1, None)
     assert "refused for this row" in row["last_error"]
+    await sw.stop()
+
+
+def no_pack(sw: Sweeper) -> list[int]:
+    """Record how many rows each call of the sweeper's pack (the pass through Python) was given."""
+    calls: list[int] = []
+    real = sw.pack
+
+    def pack(rows: list) -> object:
+        calls.append(len(rows))
+        return real(rows)
+
+    sw.pack = pack  # type: ignore[method-assign,assignment]
+    return calls
+
+
+async def test_a_ready_batch_fires_inside_the_take_statement_without_the_pack(db):
+    """Every row taken is ready (payload_ready, as the broker's schedule stores a JSON payload): the sweep
+    statement fires them itself; the cycle never packs, and the log is what the packed fire writes."""
+    dsn, conn = db
+    await schedule(conn, "t1", "q", [f"k{i}" for i in range(5)], delays=[-50, -10, -40, -20, -30],
+                   payloads=[b'{"d": %d}' % d for d in (-50, -10, -40, -20, -30)], ready=True)
+    sw = sweeper(dsn)
+    packed = no_pack(sw)
+    out = await sw.run_once()
+    assert (out.claimed, out.fired, packed) == (5, 5, [])
+    assert len(out.lags) == 5 and all(0 <= lag < 5 for lag in out.lags)
+    rows = await log_rows(conn)
+    assert [json.loads(r["payload"])["d"] for r in rows] == [-50, -40, -30, -20, -10]
+    assert {r["producer_sub"] for r in rows} == {"sub-t1"} and sw.cursor == "t1"
+    assert await conn.fetchval("SELECT count(*) FROM queen_timers") == 0
+    await sw.stop()
+
+
+async def test_one_row_not_ready_sends_the_whole_batch_through_the_pack(db):
+    """A batch with one row the database cannot vouch for (written without payload_ready, here not even
+    JSON) is packed whole in Python, in one fire: the good rows fire in order, the bad one backs off."""
+    dsn, conn = db
+    await schedule(conn, "t1", "q", ["a", "c"], delays=[-30, -10], payloads=[b'"a"', b'"c"'], ready=True)
+    await schedule(conn, "t1", "q", ["b"], delays=[-20], payloads=[b"\xff not json"])
+    sw = sweeper(dsn)
+    packed = no_pack(sw)
+    out = await sw.run_once()
+    assert (out.claimed, out.fired, out.backoff, packed) == (3, 2, 1, [3])
+    assert [r["payload"] for r in await log_rows(conn)] == [b'"a"', b'"c"']
+    row = await conn.fetchrow("SELECT timer_key, attempts, last_error FROM queen_timers")
+    assert (row["timer_key"], row["attempts"]) == ("b", 1) and "JSON" in row["last_error"]
+    await sw.stop()
+
+
+@pytest.mark.parametrize("fault", ["permanent", "stall"])
+async def test_an_injected_fault_on_a_ready_row_still_goes_through_the_pack(db, fault):
+    dsn, conn = db
+    await schedule(conn, "t1", "q", ["k"], ready=True)
+    await conn.execute(Q.timers_fault_set, "t1", "q", fault, 1, 50)
+    sw = sweeper(dsn)
+    packed = no_pack(sw)
+    out = await sw.run_once()
+    assert packed == [1]
+    assert (out.fired, out.backoff) == ((0, 1) if fault == "permanent" else (1, 0))
+    await sw.stop()
+
+
+async def test_a_sweep_that_takes_nothing_reports_the_next_due_instant_and_the_pause(db):
+    dsn, conn = db
+    await schedule(conn, "t1", "q", ["later"], delays=[3_000], ready=True)
+    sw = sweeper(dsn)
+    out = await sw.run_once()
+    assert (out.claimed, out.paused) == (0, False) and 2_000 < out.next_due_ms <= 3_000
+    await conn.execute("UPDATE queen_timer_switches SET sweeper_paused = true WHERE tenant = '*'")
+    out = await sw.run_once()
+    assert (out.claimed, out.paused) == (0, True)
     await sw.stop()

@@ -318,19 +318,36 @@ def test_payload_ceiling_on_the_decoded_payload(api):
 # ------------------------------------------------------------------ the fire never stops on its own
 
 
+def first_failure(api, q: str, key: str, timeout: float = 10) -> dict:
+    """Peek the timer until its first failed fire is recorded (or the timeout passes); the last peek."""
+    deadline = time.monotonic() + timeout
+    while True:
+        peek = api.peek(q, key).json()
+        if peek["attempts"] >= 1 or time.monotonic() > deadline:
+            return peek
+        time.sleep(0.05)
+
+
 def test_not_json_payload_is_accepted_and_fails_at_the_fire(api):
     """The broker checks JSON at the fire (permanent failure, one attempt spent, backoff, cancellable)."""
     q = uniq("tq")
     api.timer_results(sched(q, "bad", delay=0, payload=b"\xff not json"))
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        peek = api.peek(q, "bad").json()
-        if peek["attempts"] >= 1:
-            break
-        time.sleep(0.05)
+    peek = first_failure(api, q, "bad")
     assert peek["attempts"] >= 1 and "JSON" in peek["lastError"]
     assert peek["claimed"] is False  # in backoff: not claimed...
     assert api.cancel(q, "bad").json()["status"] == "cancelled"  # ...so cancellable
+
+
+def test_a_reschedule_to_a_payload_that_is_not_json_still_fails_at_the_fire(api):
+    """A JSON timer is stored ready for the log (the sweeper fires it inside the database); its reschedule
+    to bytes that are not JSON must not keep that: the fire judges them and fails, as for a new timer."""
+    q = uniq("tq")
+    [a] = api.timer_results(sched(q, "k", delay=60_000, payload=b'{"ok": true}'))
+    [b] = api.timer_results(sched(q, "k", delay=0, payload=b"not json either"))
+    assert (a["status"], b["status"]) == ("scheduled", "rescheduled")
+    peek = first_failure(api, q, "k")
+    assert peek["attempts"] >= 1 and "JSON" in peek["lastError"]
+    assert api.cancel(q, "k").json()["status"] == "cancelled"
 
 
 def test_test_hooks_validate_their_bodies(http):

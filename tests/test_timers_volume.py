@@ -86,7 +86,7 @@ async def test_schedule_into_a_big_queue_probes_by_key_without_statistics(burst)
     keys = [f"new-{i}" for i in range(n)] + ["k1", "k2"]  # two reschedules of existing rows too
     m = len(keys)
     args = ("vol", "sub", True, 1000, ["schedule"] * m, ["q"] * m, keys, [None] * m, [f"t{i}" for i in range(m)],
-            [uuid.uuid4() for _ in keys], [b"{}"] * m, [False] * m, [None] * m, [3_600_000] * m)
+            [uuid.uuid4() for _ in keys], [b"{}"] * m, [False] * m, [None] * m, [3_600_000] * m, [True] * m)
     delta, rows = await touched(conn, Q.timers_apply, *args)
     assert [r["status"] for r in rows] == ["scheduled"] * n + ["rescheduled"] * 2
     assert delta["seq_scan"] == 0, delta
@@ -94,7 +94,7 @@ async def test_schedule_into_a_big_queue_probes_by_key_without_statistics(burst)
     # The cancel path probes by key as well.
     delta, rows = await touched(conn, Q.timers_apply, "vol", "sub", False, 1000, ["cancel"] * 3, ["q"] * 3,
                                 ["k3", "k4", "nope"], [None] * 3, ["c1", "c2", "c3"], [None] * 3, [None] * 3,
-                                [None] * 3, [None] * 3, [None] * 3)
+                                [None] * 3, [None] * 3, [None] * 3, [None] * 3)
     assert [r["status"] for r in rows] == ["cancelled", "cancelled", "absent"]
     assert delta["seq_scan"] == 0 and delta["idx_tup_fetch"] <= 20, delta
 
@@ -108,7 +108,7 @@ async def test_schedule_plan_cached_on_an_empty_table_still_probes_by_key(burst)
     def ops(keys: list[str], op: str = "schedule") -> tuple:
         m = len(keys)
         return ("vol", "sub", True, 1000, [op] * m, ["q"] * m, keys, [None] * m, [f"t-{k}" for k in keys],
-                [uuid.uuid4() for _ in keys], [b"{}"] * m, [False] * m, [None] * m, [3_600_000] * m)
+                [uuid.uuid4() for _ in keys], [b"{}"] * m, [False] * m, [None] * m, [3_600_000] * m, [True] * m)
 
     delta, rows = await touched(conn, Q.timers_apply, *ops(["first"]))  # the plan is built and cached now
     assert [r["status"] for r in rows] == ["scheduled"]

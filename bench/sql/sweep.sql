@@ -1,12 +1,13 @@
 -- Bench-only SQL for bench_sweep.py (not loaded by the broker).
 
 -- name: seed_due
--- $4 due timers for tenant $1 in queue $2 (keys prefixed $3), all due one second ago.
+-- $4 due timers for tenant $1 in queue $2 (keys prefixed $3), all due one second ago; $5 = payload_ready
+-- (true: as POST /api/v1/timers stores these JSON payloads, fired inside the database; false: packed in Python).
 INSERT INTO queen_timers (tenant, queue, timer_key, partition, txn, message_id, payload, deliver_at, due_at,
-                          producer_sub)
+                          producer_sub, payload_ready)
 SELECT $1, $2, $3 || g, 'p' || (g % 8), md5($3 || g), gen_random_uuid(),
        convert_to('{"n":' || g || ',"kind":"reminder"}', 'UTF8'),
-       now() - interval '1 second', now() - interval '1 second', 'bench'
+       now() - interval '1 second', now() - interval '1 second', 'bench', $5::boolean
 FROM generate_series(1, $4::integer) AS g;
 
 -- name: ensure_tenant

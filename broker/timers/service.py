@@ -247,12 +247,31 @@ async def _notify_others(broker: Broker, delay_ms: int) -> None:
         log.warning("could not NOTIFY the sweepers of a timer due in %d ms", delay_ms, exc_info=True)
 
 
+def log_ready(broker: Broker, op: TimerOp) -> bool:
+    """queen_timers.payload_ready: the payload as sent is already what the fire would store in the log,
+    so the sweeper fires it without a pass through Python (sql/migrations/0018_timer_payload_ready.sql):
+    not zstd, below the compression threshold (above it the fire may compress), and JSON by the very check
+    the sweeper's pack makes (orjson). Anything else is stored as before and judged at the fire (a payload
+    that is not JSON still fails there, permanently, and reaches the DLQ)."""
+    body = op.payload
+    if body is None or op.payload_zstd:
+        return False
+    threshold = broker.codec.threshold
+    if threshold and len(body) >= threshold:
+        return False
+    try:
+        orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return False
+    return True
+
+
 def _arrays(
     broker: Broker, principal: Principal, ops: Sequence[TimerOp], encrypting: set[str], check_switch: bool,
     *, notify: bool = True,
 ) -> tuple[Any, ...]:
-    columns: list[list[Any]] = [[] for _ in range(10)]
-    kinds, queues, keys, parts, txns, ids, payloads, zstd, key_ids, delays = columns
+    columns: list[list[Any]] = [[] for _ in range(11)]
+    kinds, queues, keys, parts, txns, ids, payloads, zstd, key_ids, delays, ready = columns
     for op in ops:
         kinds.append(op.op)
         queues.append(op.queue)
@@ -267,10 +286,12 @@ def _arrays(
                 payloads.append(body)
                 zstd.append(z)
                 key_ids.append(kid)
+                ready.append(False)  # sealed: the fire knows by the key id
             else:
                 payloads.append(op.payload)
                 zstd.append(op.payload_zstd)
                 key_ids.append(None)
+                ready.append(log_ready(broker, op))
         else:
             parts.append(None)
             ids.append(None)
@@ -278,9 +299,10 @@ def _arrays(
             payloads.append(None)
             zstd.append(None)
             key_ids.append(None)
+            ready.append(None)
     near_ms = broker.settings.sweeper_max_sleep_ms if notify else -1  # -1: the statement sends no NOTIFY
     return (principal.tenant, principal.sub, check_switch, near_ms, kinds, queues, keys, parts, txns, ids,
-            payloads, zstd, key_ids, delays)
+            payloads, zstd, key_ids, delays, ready)
 
 
 async def admit(broker: Broker, principal: Principal, ops: Sequence[TimerOp]) -> None:

@@ -19,6 +19,8 @@ $$;
 --   schedule/reschedule -> 'scheduled' (no row existed) | 'rescheduled' (row replaced, attempts reset,
 --                          last error cleared, new message id and txn) | 'too_late' (row claimed)
 --   cancel              -> 'cancelled' (row deleted; txn = the stored txn) | 'too_late' | 'absent'
+-- p_ready, per schedule op: the broker judged the payload ready for the log as stored
+-- (queen_timers.payload_ready, sql/migrations/0018_timer_payload_ready.sql); NULL counts as false.
 -- p_check_switch: refuse the whole call with SQLSTATE QT001 when scheduling is switched off (the
 -- DELETE cancel route passes false: nothing but the boot flag refuses it).
 -- Notifies queen_timers with the smallest new delay in ms when some timer is due within p_near_ms,
@@ -44,7 +46,8 @@ CREATE OR REPLACE FUNCTION queen_timers_apply(
     p_payloads       bytea[],
     p_zstd           boolean[],
     p_key_ids        text[],
-    p_delays         bigint[]
+    p_delays         bigint[],
+    p_ready          boolean[]
 ) RETURNS TABLE (idx integer, status text, txn text, message_id uuid, deliver_at timestamptz)
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
@@ -79,9 +82,10 @@ BEGIN
     RETURN QUERY
     WITH inp AS (
         SELECT u.ord::integer AS i, u.op, u.q, u.k, coalesce(u.p, 'Default') AS p, u.t, u.id, u.pl,
-               coalesce(u.z, false) AS z, u.kid, u.d
-        FROM unnest(p_ops, p_queues, p_keys, p_partitions, p_txns, p_ids, p_payloads, p_zstd, p_key_ids, p_delays)
-             WITH ORDINALITY AS u(op, q, k, p, t, id, pl, z, kid, d, ord)
+               coalesce(u.z, false) AS z, u.kid, u.d, coalesce(u.r, false) AS r
+        FROM unnest(p_ops, p_queues, p_keys, p_partitions, p_txns, p_ids, p_payloads, p_zstd, p_key_ids, p_delays,
+                    p_ready)
+             WITH ORDINALITY AS u(op, q, k, p, t, id, pl, z, kid, d, r, ord)
     ),
     -- Existing rows, locked in key order. One primary-key probe per op (a LATERAL subquery: the
     -- planner cannot turn it into a scan of the tenant's or the queue's rows, whatever it believes
@@ -100,16 +104,17 @@ BEGIN
     ),
     ups AS (
         INSERT INTO queen_timers AS t (tenant, queue, timer_key, partition, txn, message_id, payload,
-                                       payload_zstd, key_id, producer_sub, deliver_at, due_at)
+                                       payload_zstd, key_id, producer_sub, deliver_at, due_at, payload_ready)
         SELECT p_tenant, inp.q, inp.k, inp.p, inp.t, inp.id, inp.pl, inp.z, inp.kid, p_sub,
-               now() + inp.d * interval '1 millisecond', now() + inp.d * interval '1 millisecond'
+               now() + inp.d * interval '1 millisecond', now() + inp.d * interval '1 millisecond', inp.r
         FROM inp LEFT JOIN cur ON cur.queue = inp.q AND cur.timer_key = inp.k
         WHERE inp.op <> 'cancel' AND NOT coalesce(cur.claimed, false)
         ORDER BY inp.q, inp.k
         ON CONFLICT (tenant, queue, timer_key) DO UPDATE
            SET partition = excluded.partition, txn = excluded.txn, message_id = excluded.message_id,
                payload = excluded.payload, payload_zstd = excluded.payload_zstd, key_id = excluded.key_id,
-               producer_sub = excluded.producer_sub, deliver_at = excluded.deliver_at,
+               payload_ready = excluded.payload_ready, producer_sub = excluded.producer_sub,
+               deliver_at = excluded.deliver_at,
                due_at = excluded.due_at, attempts = 0, failures = 0, last_error = NULL,
                claim_token = NULL, claimed_until = NULL, claimed_by = NULL, updated_at = now()
            WHERE NOT (t.claim_token IS NOT NULL AND t.claimed_until > now())
@@ -398,6 +403,22 @@ $$;
 -- window rows, and partitions past that stay free for the other sweepers. Their earliest due rows are
 -- read one partition after the other (lazy nested loops under LIMITs) until the slice (then the batch)
 -- is full. A take thus holds few partitions, deep, and leaves the others to the other sweepers.
+--
+-- ready, per row: its stored bytes are the log's bytes as they are (sealed at schedule, or
+-- payload_ready: judged JSON at schedule, see sql/migrations/0018_timer_payload_ready.sql), so the pack
+-- has nothing to do for it (queen_timers_sweep fires such batches without Python).
+-- CREATE OR REPLACE cannot change a function's result columns, so any earlier queen_timers_take is
+-- dropped first.
+DO $$
+DECLARE r record;
+BEGIN
+    FOR r IN SELECT p.oid::regprocedure AS sig FROM pg_proc p
+             WHERE p.pronamespace = current_schema()::regnamespace AND p.proname = 'queen_timers_take'
+               AND NOT EXISTS (SELECT 1 FROM unnest(p.proargnames) a WHERE a = 'ready') LOOP
+        EXECUTE format('DROP FUNCTION %s', r.sig);
+    END LOOP;
+END
+$$;
 CREATE OR REPLACE FUNCTION queen_timers_take(
     p_batch      integer,
     p_cursor     text,
@@ -405,7 +426,7 @@ CREATE OR REPLACE FUNCTION queen_timers_take(
     p_slice_cap  integer
 ) RETURNS TABLE (tenant text, queue text, timer_key text, partition text, message_id uuid, tid tid,
                  payload bytea, payload_zstd boolean, key_id text, deliver_at timestamptz, fault text,
-                 stall_ms integer, next_due_ms bigint, paused boolean)
+                 stall_ms integer, next_due_ms bigint, paused boolean, ready boolean)
 LANGUAGE plpgsql VOLATILE
 SET plan_cache_mode = force_generic_plan
 SET jit = off  -- as queen_timers_fire: its candidate query's estimated cost (never analysed) crossed jit_above_cost
@@ -434,7 +455,7 @@ BEGIN
     IF coalesce((SELECT s.sweeper_paused FROM queen_timer_switches s WHERE s.tenant = '*'), false) THEN
         RETURN QUERY SELECT NULL::text, NULL::text, NULL::text, NULL::text, NULL::uuid, NULL::tid, NULL::bytea,
                             NULL::boolean, NULL::text, NULL::timestamptz, NULL::text, NULL::integer, NULL::bigint,
-                            true;
+                            true, NULL::boolean;
         RETURN;
     END IF;
 
@@ -527,7 +548,7 @@ BEGIN
                     FROM (SELECT f2.te, f2.q, f2.p, f2.pr FROM free f2 WHERE f2.te = ft.te ORDER BY f2.pr) f
                     CROSS JOIN LATERAL (
                         SELECT t.tenant, t.queue, t.timer_key, t.partition, t.message_id, t.payload,
-                               t.payload_zstd, t.key_id, t.deliver_at, t.ctid AS tid
+                               t.payload_zstd, t.key_id, t.deliver_at, t.ctid AS tid, t.payload_ready
                         FROM queen_timers t
                         WHERE t.tenant = f.te AND t.queue = f.q AND t.partition = f.p AND t.due_at <= now()
                         ORDER BY t.due_at
@@ -556,7 +577,7 @@ BEGIN
                    n.payload_zstd, n.key_id, n.deliver_at,
                    CASE WHEN tk.took IS NOT NULL AND n.rn <= tk.took THEN tk.failure_class END,
                    CASE WHEN tk.took IS NOT NULL AND n.rn <= tk.took THEN tk.stall_ms END,
-                   NULL::bigint, false
+                   NULL::bigint, false, n.key_id IS NOT NULL OR n.payload_ready
             FROM numbered n
             LEFT JOIN taken tk ON tk.tenant = n.tenant AND tk.queue = n.queue
             ORDER BY n.tenant, n.queue, n.partition, n.deliver_at, n.timer_key;
@@ -568,12 +589,111 @@ BEGIN
         RETURN QUERY
         SELECT NULL::text, NULL::text, NULL::text, NULL::text, NULL::uuid, NULL::tid, NULL::bytea,
                NULL::boolean, NULL::text, NULL::timestamptz, NULL::text, NULL::integer,
-               ceil(extract(epoch FROM min(x.d) - now()) * 1000)::bigint, false
+               ceil(extract(epoch FROM min(x.d) - now()) * 1000)::bigint, false, NULL::boolean
         FROM queen_tenants qt
         CROSS JOIN LATERAL (SELECT t.due_at AS d FROM queen_timers t WHERE t.tenant = qt.tenant
                               AND t.due_at IS NOT NULL
                             ORDER BY t.due_at LIMIT 1) x;
     END IF;
+END
+$$;
+
+-- queen_timers_sweep: one sweep cycle's take and, when nothing in it needs Python, its fire, in ONE
+-- statement (one round trip, no payload leaving the database). It takes exactly what queen_timers_take
+-- takes (same partition locks, fairness and order); then:
+--   * every row taken is ready (no injected fault, and its stored bytes are the log's bytes: sealed at
+--     schedule, or payload_ready) -> it fires them with queen_timers_fire (no token) as the sweeper
+--     would, with no sealed payload, and returns the fire's rows (kind 'fired' / 'duplicate');
+--   * otherwise, or when that fire failed (its work undone inside queen_timers_fire, the transaction and
+--     its partition locks still held) -> it returns the taken rows (kind 'taken', as queen_timers_take
+--     returns them, in its order), and the sweeper packs and fires them as before, failures included.
+-- The last row is always kind 'summary': tenant = the first taken row's tenant (the next cursor), taken =
+-- how many rows were taken, next_due_ms and paused as queen_timers_take gives them.
+-- Measured (one sweeper, 100,000 due rows never analysed): a 1,000-row cycle spent ~14 ms of worker CPU
+-- decoding the take's rows, checking JSON it had already checked at schedule and sending 7 arrays back.
+CREATE OR REPLACE FUNCTION queen_timers_sweep(
+    p_batch           integer,
+    p_cursor          text,
+    p_faults          boolean,
+    p_slice_cap       integer,
+    p_max_attempts    integer,
+    p_backoff_base_ms bigint,
+    p_backoff_cap_ms  bigint
+) RETURNS TABLE (kind text, tenant text, queue text, timer_key text, partition text, message_id uuid, tid tid,
+                 payload bytea, payload_zstd boolean, key_id text, deliver_at timestamptz, fault text,
+                 stall_ms integer, next_due_ms bigint, paused boolean, taken integer, lag_s double precision)
+LANGUAGE plpgsql VOLATILE
+SET jit = off  -- as queen_timers_take and queen_timers_fire
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_te   text[];
+    v_q    text[];
+    v_k    text[];
+    v_p    text[];
+    v_id   uuid[];
+    v_tid  tid[];
+    v_pl   bytea[];
+    v_z    boolean[];
+    v_kid  text[];
+    v_dat  timestamptz[];
+    v_f    text[];
+    v_st   integer[];
+    v_n    integer;
+    v_go   boolean;
+    v_next bigint;
+    v_paus boolean;
+    f_kind text[];
+    f_te   text[];
+    f_q    text[];
+    f_k    text[];
+    f_lag  double precision[];
+BEGIN
+    SELECT array_agg(t.tenant ORDER BY t.o) FILTER (WHERE t.tenant IS NOT NULL),
+           array_agg(t.queue ORDER BY t.o) FILTER (WHERE t.tenant IS NOT NULL),
+           array_agg(t.timer_key ORDER BY t.o) FILTER (WHERE t.tenant IS NOT NULL),
+           array_agg(t.partition ORDER BY t.o) FILTER (WHERE t.tenant IS NOT NULL),
+           array_agg(t.message_id ORDER BY t.o) FILTER (WHERE t.tenant IS NOT NULL),
+           array_agg(t.tid ORDER BY t.o) FILTER (WHERE t.tenant IS NOT NULL),
+           array_agg(t.payload ORDER BY t.o) FILTER (WHERE t.tenant IS NOT NULL),
+           array_agg(t.payload_zstd ORDER BY t.o) FILTER (WHERE t.tenant IS NOT NULL),
+           array_agg(t.key_id ORDER BY t.o) FILTER (WHERE t.tenant IS NOT NULL),
+           array_agg(t.deliver_at ORDER BY t.o) FILTER (WHERE t.tenant IS NOT NULL),
+           array_agg(t.fault ORDER BY t.o) FILTER (WHERE t.tenant IS NOT NULL),
+           array_agg(t.stall_ms ORDER BY t.o) FILTER (WHERE t.tenant IS NOT NULL),
+           count(*) FILTER (WHERE t.tenant IS NOT NULL),
+           coalesce(bool_and(t.ready AND t.fault IS NULL) FILTER (WHERE t.tenant IS NOT NULL), false),
+           max(t.next_due_ms) FILTER (WHERE t.tenant IS NULL),
+           coalesce(bool_or(t.paused) FILTER (WHERE t.tenant IS NULL), false)
+      INTO v_te, v_q, v_k, v_p, v_id, v_tid, v_pl, v_z, v_kid, v_dat, v_f, v_st, v_n, v_go, v_next, v_paus
+    FROM queen_timers_take(p_batch, p_cursor, p_faults, p_slice_cap) WITH ORDINALITY AS t(
+             tenant, queue, timer_key, partition, message_id, tid, payload, payload_zstd, key_id, deliver_at,
+             fault, stall_ms, next_due_ms, paused, ready, o);
+
+    IF v_go THEN
+        SELECT array_agg(f.kind), array_agg(f.tenant), array_agg(f.queue), array_agg(f.timer_key), array_agg(f.lag_s)
+          INTO f_kind, f_te, f_q, f_k, f_lag
+        FROM queen_timers_fire(NULL, v_te, v_q, v_k, v_id, v_tid, array_fill(NULL::bytea, ARRAY[v_n]),
+                               array_fill(0::smallint, ARRAY[v_n]), '{}', '{}', '{}', '{}', '{}', '{}', '{}',
+                               p_max_attempts, p_backoff_base_ms, p_backoff_cap_ms) f;
+        v_go := NOT coalesce('error' = ANY (f_kind), false);
+    END IF;
+
+    IF v_go THEN
+        RETURN QUERY SELECT u.kind, u.te, u.q, u.k, NULL::text, NULL::uuid, NULL::tid, NULL::bytea, NULL::boolean,
+                            NULL::text, NULL::timestamptz, NULL::text, NULL::integer, NULL::bigint, NULL::boolean,
+                            NULL::integer, u.lag
+                     FROM unnest(f_kind, f_te, f_q, f_k, f_lag) AS u(kind, te, q, k, lag);
+    ELSIF v_n > 0 THEN
+        RETURN QUERY SELECT 'taken'::text, u.te, u.q, u.k, u.p, u.id, u.tid, u.pl, u.z, u.kid, u.dat, u.f, u.st,
+                            NULL::bigint, NULL::boolean, NULL::integer, NULL::double precision
+                     FROM unnest(v_te, v_q, v_k, v_p, v_id, v_tid, v_pl, v_z, v_kid, v_dat, v_f, v_st)
+                          WITH ORDINALITY AS u(te, q, k, p, id, tid, pl, z, kid, dat, f, st, o)
+                     ORDER BY u.o;
+    END IF;
+    RETURN QUERY SELECT 'summary'::text, v_te[1], NULL::text, NULL::text, NULL::text, NULL::uuid, NULL::tid,
+                        NULL::bytea, NULL::boolean, NULL::text, NULL::timestamptz, NULL::text, NULL::integer,
+                        v_next, v_paus, v_n, NULL::double precision;
 END
 $$;
 

@@ -6,20 +6,20 @@
 SELECT idx, status, txn, message_id, deliver_at
 FROM queen_timers_apply($1::text, $2::text, $3::boolean, $4::bigint, $5::text[], $6::text[], $7::text[],
                         $8::text[], $9::text[], $10::uuid[], $11::bytea[], $12::boolean[], $13::text[],
-                        $14::bigint[]);
+                        $14::bigint[], $15::boolean[]);
 
 -- name: timers_schedule
 -- POST /api/v1/timers and the timers rider: queen_timers_apply and the meter of the promises it made
 -- (scheduled and rescheduled) in ONE statement (in autocommit, or in the bundle's transaction). $15 = the
--- metering period in seconds.
+-- per-op payload_ready flags (as timers_apply), $16 = the metering period in seconds.
 WITH r AS MATERIALIZED (
     SELECT idx, status, txn, message_id, deliver_at
     FROM queen_timers_apply($1::text, $2::text, $3::boolean, $4::bigint, $5::text[], $6::text[], $7::text[],
                             $8::text[], $9::text[], $10::uuid[], $11::bytea[], $12::boolean[], $13::text[],
-                            $14::bigint[])
+                            $14::bigint[], $15::boolean[])
 ),
 m AS MATERIALIZED (
-    SELECT queen_meter($1::text, $15::integer,
+    SELECT queen_meter($1::text, $16::integer,
                        (SELECT count(*) FROM r WHERE r.status IN ('scheduled', 'rescheduled')), 0::bigint) AS done
 )
 SELECT r.idx, r.status, r.txn, r.message_id, r.deliver_at FROM r CROSS JOIN m ORDER BY r.idx;
@@ -61,6 +61,13 @@ SELECT set_config('idle_in_transaction_session_timeout', $1::bigint::text, false
 SELECT tenant, queue, timer_key, partition, message_id, tid, payload, payload_zstd, key_id, deliver_at,
        fault, stall_ms, next_due_ms, paused
 FROM queen_timers_take($1::integer, $2::text, $3::boolean, $4::integer);
+
+-- name: timers_sweep
+-- One cycle's take and, when every row taken is ready, its fire (queen_timers_sweep), inside the sweeper's
+-- fire transaction: rows 'fired' / 'duplicate', or 'taken' (to pack and fire), then one 'summary'.
+SELECT kind, tenant, queue, timer_key, partition, message_id, tid, payload, payload_zstd, key_id, deliver_at,
+       fault, stall_ms, next_due_ms, paused, taken, lag_s
+FROM queen_timers_sweep($1::integer, $2::text, $3::boolean, $4::integer, $5::integer, $6::bigint, $7::bigint);
 
 -- name: timers_fire_taken
 -- Rows taken in this (open) transaction; an error comes back as a row of kind 'error'.
