@@ -73,3 +73,23 @@ class Conn:
         if self.w is not None:
             self.w.close()
         self.r = self.w = None
+
+
+class Pool:
+    """Keep-alive connections to one broker, opened as needed and reused: ``request`` takes a free one
+    (or opens one), sends, and gives it back (a connection that failed is dropped, not reused)."""
+
+    def __init__(self, url: str) -> None:
+        self.host, self.port = host_port(url)
+        self._free: list[Conn] = []
+
+    async def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
+        c = self._free.pop() if self._free else Conn(self.host, self.port)
+        out = await c.request(method, path, body)  # HttpError: the connection closed itself
+        self._free.append(c)
+        return out
+
+    def close(self) -> None:
+        for c in self._free:
+            c.close()
+        self._free.clear()
