@@ -17,6 +17,8 @@
 - ``db_fetch(dsn, sql, *args)``: one query on a database, from sync test code; ``frames(dsn, txn)``.
 - ``take_and_lease(conn, ...)``: the sweeper's cycle for rows it holds outside a transaction (take, lease,
   commit), from a test's own connection.
+- ``sql_push``, ``sql_pop``, ``sql_ack``: the log's SQL functions (queen_push / queen_pop / queen_ack)
+  called directly, for tests that judge the log below HTTP.
 """
 
 from __future__ import annotations
@@ -106,6 +108,35 @@ async def take_and_lease(conn: asyncpg.Connection, *, token: uuid.UUID | None = 
                                   [r["timer_key"] for r in taken], [r["message_id"] for r in taken])
     held = {(r["tenant"], r["queue"], r["timer_key"]) for r in leased}
     return [r for r in taken if (r["tenant"], r["queue"], r["timer_key"]) in held]
+
+
+QUEUE_MODE = "__QUEUE_MODE__"
+
+
+async def sql_push(conn: asyncpg.Connection, tenant: str, queue: str, txns: Sequence[str], partition: str = "p",
+                   payload: bytes = b'{"x":1}') -> list[asyncpg.Record]:
+    """``queen_push`` of one message per txn into one partition; one row per item (status, seq, ...)."""
+    n = len(txns)
+    return await conn.fetch("SELECT * FROM queen_push($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                            tenant, [queue] * n, [partition] * n, [uuid.uuid4() for _ in range(n)], list(txns),
+                            [None] * n, [payload] * n, [0] * n, [None] * n, [None] * n, [None] * n)
+
+
+async def sql_pop(conn: asyncpg.Connection, tenant: str, queue: str, *, partition: str | None = None,
+                  group: str = QUEUE_MODE, batch: int = 1, auto_ack: bool = False) -> list[asyncpg.Record]:
+    """``queen_pop`` (one partition at most); the delivered messages only (kind 'msg')."""
+    rows = await conn.fetch("SELECT * FROM queen_pop($1, $2, $3, $4, $5, 1, $6, NULL, NULL)",
+                            tenant, queue, partition, group, batch, auto_ack)
+    return [r for r in rows if r["kind"] == "msg"]
+
+
+async def sql_ack(conn: asyncpg.Connection, tenant: str, msgs: Sequence[Any], *, group: str = QUEUE_MODE,
+                  status: str = "completed", lease: bool = True) -> list[asyncpg.Record]:
+    """``queen_ack`` of popped messages (with their lease ids unless ``lease=False``); one row per item."""
+    n = len(msgs)
+    return await conn.fetch("SELECT * FROM queen_ack($1, $2, $3, $4, $5, $6, $7)", tenant,
+                            [m["partition_id"] for m in msgs], [m["txn"] for m in msgs], [status] * n,
+                            [m["lease_id"] if lease else None for m in msgs], [group] * n, [None] * n)
 
 
 # ------------------------------------------------------------------------------- brokers and clients

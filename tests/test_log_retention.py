@@ -13,10 +13,12 @@ import asyncpg
 import httpx
 import pytest
 from conftest import run_sync, uniq
+from helpers import sql_ack, sql_pop, sql_push
 
 T = "ret-tenant"
-# call_push / call_pop / call_ack drive the SQL functions queen_push / queen_pop / queen_ack directly (the
-# pruner is judged below HTTP); tests/helpers.py's Api is the HTTP client for the route-level tests.
+# call_push / call_pop / call_ack drive the SQL functions queen_push / queen_pop / queen_ack directly
+# (tests/helpers.py's sql_*, for this file's tenant: the pruner is judged below HTTP); tests/helpers.py's
+# Api is the HTTP client for the route-level tests.
 
 
 @pytest.fixture
@@ -47,10 +49,7 @@ async def configure(conn, queue, **options):
 
 
 async def call_push(conn, queue, n, partition="p"):
-    rows = await conn.fetch(
-        "SELECT * FROM queen_push($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-        T, [queue] * n, [partition] * n, [uuid.uuid4() for _ in range(n)], [uuid.uuid4().hex for _ in range(n)],
-        [None] * n, [b'{"x":1}'] * n, [0] * n, [None] * n, [None] * n, [None] * n)
+    rows = await sql_push(conn, T, queue, [uuid.uuid4().hex for _ in range(n)], partition)
     return [r["seq"] for r in rows]
 
 
@@ -73,16 +72,11 @@ async def prune(conn, limit=1000):
 
 
 async def call_pop(conn, queue, group, batch=10, auto_ack=False):
-    rows = await conn.fetch("SELECT * FROM queen_pop($1, $2, NULL, $3, $4, 1, $5, NULL, NULL)",
-                            T, queue, group, batch, auto_ack)
-    return [r for r in rows if r["kind"] == "msg"]
+    return await sql_pop(conn, T, queue, group=group, batch=batch, auto_ack=auto_ack)
 
 
 async def call_ack(conn, msgs, group, lease=True):
-    n = len(msgs)
-    return await conn.fetch("SELECT * FROM queen_ack($1, $2, $3, $4, $5, $6, $7)", T,
-                            [m["partition_id"] for m in msgs], [m["txn"] for m in msgs], ["completed"] * n,
-                            [m["lease_id"] if lease else None for m in msgs], [group] * n, [None] * n)
+    return await sql_ack(conn, T, msgs, group=group, lease=lease)
 
 
 async def cursor(conn, queue, group):

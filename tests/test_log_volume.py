@@ -8,9 +8,10 @@ from __future__ import annotations
 import uuid
 
 import asyncpg
+from helpers import QUEUE_MODE as QM
+from helpers import sql_ack, sql_pop, sql_push
 
 T = "vol"
-QM = "__QUEUE_MODE__"
 
 # Rows fetched or scanned on the log's consumer-side tables inside the current transaction.
 TOUCHED = ("SELECT coalesce(sum(coalesce(idx_tup_fetch, 0) + coalesce(seq_tup_read, 0)), 0) "
@@ -18,24 +19,15 @@ TOUCHED = ("SELECT coalesce(sum(coalesce(idx_tup_fetch, 0) + coalesce(seq_tup_re
 
 
 async def push(conn, queue, partition, txns):
-    n = len(txns)
-    await conn.fetch("SELECT * FROM queen_push($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)", T,
-                     [queue] * n, [partition] * n, [uuid.uuid4() for _ in range(n)], txns,
-                     [None] * n, [b"1"] * n, [0] * n, [None] * n, [None] * n, [None] * n)
+    await sql_push(conn, T, queue, txns, partition, payload=b"1")
 
 
 async def pop(conn, queue, partition=None, batch=1, auto_ack=False):
-    rows = await conn.fetch("SELECT * FROM queen_pop($1, $2, $3, $4, $5, 1, $6, NULL, NULL)",
-                            T, queue, partition, QM, batch, auto_ack)
-    return [r for r in rows if r["kind"] == "msg"]
+    return await sql_pop(conn, T, queue, partition=partition, batch=batch, auto_ack=auto_ack)
 
 
 async def ack(conn, msgs, status="completed"):
-    n = len(msgs)
-    rows = await conn.fetch("SELECT * FROM queen_ack($1, $2, $3, $4, $5, $6, $7)", T,
-                            [m["partition_id"] for m in msgs], [m["txn"] for m in msgs], [status] * n,
-                            [m["lease_id"] for m in msgs], [QM] * n, [None] * n)
-    return [r["success"] for r in rows]
+    return [r["success"] for r in await sql_ack(conn, T, msgs, status=status)]
 
 
 async def cursor(conn, pid):
