@@ -408,13 +408,12 @@ $$;
 -- payload_ready: judged JSON at schedule, see sql/migrations/0018_timer_payload_ready.sql), so the pack
 -- has nothing to do for it (queen_timers_sweep fires such batches without Python).
 -- CREATE OR REPLACE cannot change a function's result columns, so any earlier queen_timers_take is
--- dropped first.
+-- dropped first (as queen_pop is in log.sql).
 DO $$
 DECLARE r record;
 BEGIN
     FOR r IN SELECT p.oid::regprocedure AS sig FROM pg_proc p
-             WHERE p.pronamespace = current_schema()::regnamespace AND p.proname = 'queen_timers_take'
-               AND NOT EXISTS (SELECT 1 FROM unnest(p.proargnames) a WHERE a = 'ready') LOOP
+             WHERE p.pronamespace = current_schema()::regnamespace AND p.proname = 'queen_timers_take' LOOP
         EXECUTE format('DROP FUNCTION %s', r.sig);
     END LOOP;
 END
