@@ -6,6 +6,7 @@ set path does its per-message loop around dead letters, held messages and out-of
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import asyncpg
@@ -189,3 +190,26 @@ async def test_pop_set_path_answers_exactly_as_the_per_message_loop(pg, batch, a
     assert ("a", "a41", "deadline_exceeded", 0) in dlq and ("a", "a55", "max_wait_exceeded", 0) in dlq
     assert ("a", "a61", "retries_exhausted", 5) in dlq and len(dlq) == 63
     assert ("a", 90, False, 1) in state and ("c", 1, False, 1) in state
+
+
+async def test_an_auto_ack_pop_wakes_long_polls_only_while_its_partition_holds_more_on_both_paths(pg):
+    for path in (SET_PATH, LOOP_PATH):
+        dsn = pg.new_db()
+        conn, listener = await asyncpg.connect(dsn), await asyncpg.connect(dsn)
+        woken: list[str] = []
+        try:
+            await listener.add_listener("queen_push", lambda *a, w=woken: w.append(a[3]))
+            await sql_push(conn, T, "wk", [f"w{i}" for i in range(100)], "p")
+            await conn.execute("SELECT queen_listen($1, 'wk', 'worker-x', 60000)", T)
+            await conn.execute(f"SET queen.pop_set_min = {path}")
+            got = []
+            for batch, wakes in ((40, 1), (100, 0)):  # 60 left after the first pop; none after the second
+                before = len(woken)
+                got += await sql_pop(conn, T, "wk", partition="p", batch=batch, auto_ack=True)
+                for _ in range(20):  # a notification reaches the listener after the pop's commit
+                    await asyncio.sleep(0.05)
+                assert len(woken) - before == wakes, (path, batch)
+            assert [m["seq"] for m in got] == list(range(1, 101)) and woken[0] == f"{T}\twk"
+        finally:
+            await conn.close()
+            await listener.close()

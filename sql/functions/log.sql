@@ -449,6 +449,7 @@ DECLARE
     v_clean_last bigint;
     v_mixed   boolean;
     v_states  boolean;
+    v_looped  boolean;
     v_last    bigint;
     v_from    bigint;
     v_any     boolean := false;
@@ -571,6 +572,7 @@ BEGIN
         v_last := NULL;
         v_from := c.acked_seq;
         v_held := false;
+        v_looped := false;
         LOOP
             -- The clean prefix of the window (the common case: nothing expired, waited out, spent or
             -- held back) goes out as one set; the per-message loop starts at the first special message.
@@ -609,6 +611,7 @@ BEGIN
             END IF;
             v_picked := v_clean;
             IF v_mixed THEN
+                v_looped := true;
                 FOR m IN
                     SELECT * FROM queen_pop_window(p_tenant, c.pid, p_group, v_from, v_left, v_states, q.retry_limit,
                                                    q.max_wait_s, v_gated, q.delay_s, q.retry_delay_ms)
@@ -671,7 +674,15 @@ BEGIN
             SET acked_seq = greatest(cu.acked_seq, coalesce(v_last, cu.acked_seq)),
                 lease_id = NULL, lease_until = NULL, lease_end_seq = NULL, claimed_at = now()
             WHERE cu.tenant = p_tenant AND cu.partition_id = c.pid AND cu.consumer_group = p_group;
-            PERFORM queen_cursor_advance(p_tenant, c.pid, p_group);
+            IF v_given > 0 AND NOT v_states AND NOT v_looped THEN
+                -- Handed out as one set, and the group keeps no state past the old cursor: nothing lies
+                -- beyond to join the run, so all queen_cursor_advance would do is wake long polls if the
+                -- partition holds more (the lease is gone).
+                PERFORM queen_wake(p_tenant, ARRAY[p_queue])
+                FROM queen_partitions p WHERE p.tenant = p_tenant AND p.id = c.pid AND p.next_seq - 1 > v_last;
+            ELSE
+                PERFORM queen_cursor_advance(p_tenant, c.pid, p_group);
+            END IF;
         END IF;
     END LOOP;
     CLOSE v_cur;
