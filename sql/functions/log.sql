@@ -581,12 +581,15 @@ BEGIN
             v_clean := 0;
             v_mixed := true;
             IF v_left >= v_set_min THEN
-                v_states := EXISTS (SELECT 1 FROM queen_msg_state s
-                                    WHERE s.tenant = p_tenant AND s.partition_id = c.pid AND s.consumer_group = p_group
-                                      AND s.seq > v_from);
-                SELECT count(*), max(w.seq), coalesce(bool_or(w.special), false) INTO v_clean, v_clean_last, v_mixed
-                FROM queen_pop_window(p_tenant, c.pid, p_group, v_from, v_left, v_states, q.retry_limit,
-                                      q.max_wait_s, v_gated, q.delay_s, q.retry_delay_ms) w;
+                -- (and whether the group keeps per-message state past v_from: the probe per message then)
+                SELECT e.has, count(w.seq), max(w.seq), coalesce(bool_or(w.special), false)
+                INTO v_states, v_clean, v_clean_last, v_mixed
+                FROM (SELECT EXISTS (SELECT 1 FROM queen_msg_state s
+                                     WHERE s.tenant = p_tenant AND s.partition_id = c.pid
+                                       AND s.consumer_group = p_group AND s.seq > v_from) AS has) e
+                LEFT JOIN LATERAL queen_pop_window(p_tenant, c.pid, p_group, v_from, v_left, e.has, q.retry_limit,
+                                                   q.max_wait_s, v_gated, q.delay_s, q.retry_delay_ms) w ON true
+                GROUP BY e.has;
             END IF;
             IF v_mixed AND v_clean > 0 THEN  -- the prefix before the first special message
                 SELECT count(*) FILTER (WHERE NOT x.tainted), max(x.seq) FILTER (WHERE NOT x.tainted)
