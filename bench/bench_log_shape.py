@@ -25,7 +25,10 @@ payload ``{"message":"Hello World","partition_id":N}``, 50 keep-alive connection
                   and that lateness is the generator's, printed on its own line.
 
 Every phase prints msg/s, latency p50/p99 and the p99 of its first and last third (a p99 that grows
-over a phase grows with the rows in the log). With ``--cpp-bin`` (or QUEEN_BENCH_CPP_BIN) the bench
+over a phase grows with the rows in the log) and, when the bench knows the PostgreSQL server (always,
+except with ``--url`` and no QUEEN_BENCH_DATABASE_URL), what the server did beside the requests: the
+checkpoints that started and the autovacuum workers seen during the phase, and how many of the slowest
+1 % of requests ran while one was active. With ``--cpp-bin`` (or QUEEN_BENCH_CPP_BIN) the bench
 starts a locally built C++ Queen itself (bench/cpp_queen.py: 2 workers, pools of 10, its own fresh
 database on the same PostgreSQL server as ours, stopped at the end); with ``--cpp-url`` (or
 QUEEN_BENCH_CPP_URL) it uses one already running. Either way every phase also runs against it right
@@ -163,6 +166,67 @@ class CpuMeter:
                 except (psutil.NoSuchProcess, psutil.AccessDenied):
                     pass
         return b, pg
+
+
+class ServerWatch:
+    """What the PostgreSQL server did besides serving requests during a phase: the autovacuum workers
+    seen (sampled every 100 ms; the C++ Queen's tables count too, it is the same server), and the
+    checkpoints that started. A tail that lines up with these is the server's, not the broker's."""
+
+    SAMPLE_S = 0.1
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.seen: dict[str, int] = {}
+        self.busy: list[float] = []  # perf_counter instants with an autovacuum worker active
+        self._task: asyncio.Task[None] | None = None
+        self._conn: Any = None
+        self._ckpt0 = 0
+
+    async def _checkpoints(self) -> int:
+        for q in ("SELECT num_timed + num_requested FROM pg_stat_checkpointer",  # PostgreSQL 17+
+                  "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter"):
+            try:
+                return int(await self._conn.fetchval(q))
+            except Exception:  # noqa: BLE001 - the other server version's view
+                continue
+        return 0
+
+    async def _sample(self) -> None:
+        while True:
+            rows = await self._conn.fetch(
+                "SELECT datname, query FROM pg_stat_activity WHERE backend_type = 'autovacuum worker'")
+            if rows:
+                self.busy.append(time.perf_counter())
+            for r in rows:
+                what = f"{r['datname']}: {(r['query'] or '').removeprefix('autovacuum: ')}"
+                self.seen[what] = self.seen.get(what, 0) + 1
+            await asyncio.sleep(self.SAMPLE_S)
+
+    async def start(self) -> None:
+        import asyncpg
+
+        self.seen, self.busy = {}, []
+        self._conn = await asyncpg.connect(self.dsn)
+        self._ckpt0 = await self._checkpoints()
+        self._task = asyncio.create_task(self._sample())
+
+    async def stop(self, lat: list[tuple[float, float]] | None = None, t0: float = 0.0) -> str:
+        assert self._task is not None
+        self._task.cancel()
+        try:
+            await self._task
+        except asyncio.CancelledError:
+            pass
+        ckpt = await self._checkpoints() - self._ckpt0
+        await self._conn.close()
+        vac = ", ".join(f"{k} ({v * self.SAMPLE_S:.1f} s)" for k, v in sorted(self.seen.items(), key=lambda kv: -kv[1]))
+        out = f"server: {ckpt} checkpoint(s) started; autovacuum: {vac or 'none'}"
+        if lat and self.busy:  # of the slowest 1 % of requests, how many ran while autovacuum did
+            worst = sorted(lat, key=lambda x: -x[1])[: max(1, len(lat) // 100)]
+            near = sum(any(abs(b - (t0 + s)) <= self.SAMPLE_S + d for b in self.busy) for s, d in worst)
+            out += f"; slowest 1 % during autovacuum: {near}/{len(worst)}"
+        return out
 
 
 class Target:
@@ -445,7 +509,7 @@ async def make_db(server_dsn: str) -> str:
 
 
 async def main_async(args: argparse.Namespace, ours_url: str, broker_pid: int | None, db: str | None,
-                     cpp: CppQueen | None = None) -> None:
+                     cpp: CppQueen | None = None, server: str | None = None) -> None:
     targets = [Target("ours", ours_url, CpuMeter(broker_pid, db) if broker_pid or db else None)]
     if cpp is not None:
         assert cpp.proc is not None
@@ -462,9 +526,15 @@ async def main_async(args: argparse.Namespace, ours_url: str, broker_pid: int | 
         for t in targets:
             if phase.startswith("pop_"):
                 await closed_loop(t, args.conns, args.prefill, lambda c, t=t: push_once(t, c, 100))
+            watch = ServerWatch(server) if server else None
+            if watch:
+                await watch.start()
             before = t.cpu.snap() if t.cpu else None
             t0 = time.perf_counter()
             got_t = await run_phase(t, phase, args)
+            if watch:
+                lat = [x for r in got_t.values() for x in r.lat]
+                print(f"  {phase:18s} {t.name:4s} {await watch.stop(lat, t0)}", flush=True)
             if t.cpu and before:
                 after, wall = t.cpu.snap(), time.perf_counter() - t0
                 for r in got_t.values():
@@ -533,7 +603,7 @@ def main() -> None:
             cpp = CppQueen(args.cpp_bin, asyncio.run(new_db(server, "bench_shape_cpp")), workers=args.workers)
             cpp.start()
         if args.url:
-            asyncio.run(main_async(args, args.url, args.broker_pid, args.db, cpp))
+            asyncio.run(main_async(args, args.url, args.broker_pid, args.db, cpp, server))
             return
         from broker.localserver import LocalBroker
 
@@ -544,7 +614,7 @@ def main() -> None:
                         log_path=Path(tempfile.gettempdir()) / "bench_log_shape_broker.log")
         b.start()
         assert b.proc is not None
-        asyncio.run(main_async(args, b.url, b.proc.pid, urlsplit(dsn).path.lstrip("/"), cpp))
+        asyncio.run(main_async(args, b.url, b.proc.pid, urlsplit(dsn).path.lstrip("/"), cpp, server))
     finally:
         for running in (b, cpp, emb):
             if running is not None:
