@@ -62,7 +62,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.db import new_migrated_db  # noqa: E402
-from bench.httpconn import HttpError, Pool  # noqa: E402
+from bench.httpconn import HttpError, Pool, lean_gc  # noqa: E402
 from broker.codec import Codec  # noqa: E402
 from broker.localserver import LocalBroker  # noqa: E402
 from broker.sweeper import Sweeper, SweeperConfig  # noqa: E402
@@ -246,6 +246,7 @@ class Consumer:
 async def consumer_main(url: str, queue: str) -> None:
     """The consumer process: poll until told (on stdin) how many frames to expect, then until it has
     them or its timeout passes; print the receipts as JSON {txn: unix time}."""
+    lean_gc()
     receipts: dict[str, float] = {}
     loop = asyncio.get_running_loop()
     want: list[float] = []
@@ -745,6 +746,7 @@ async def main() -> None:
         await consumer_main(*args.consumer)
         return
     SEED_READY[0] = not args.seed_unready
+    lean_gc()
     if args.burst != 100_000 and args.bursts == "1k,20k,100k":
         args.bursts = f"1k,20k,{args.burst}"
     try:
