@@ -31,9 +31,10 @@ checkpoints that started and the autovacuum workers seen during the phase, and h
 1 % of requests ran while one was active. With ``--cpp-bin`` (or QUEEN_BENCH_CPP_BIN) the bench
 starts a locally built C++ Queen itself (bench/cpp_queen.py: 2 workers, pools of 10, its own fresh
 database on the same PostgreSQL server as ours, stopped at the end); with ``--cpp-url`` (or
-QUEEN_BENCH_CPP_URL) it uses one already running. Either way every phase also runs against it right
-after ours (same requests, its own queue name), with its CPU per request when the bench started it, and
-the ratio ours/C++ is printed; without either the issue's reference figures (C++ Queen 0.15.1 on a tuned
+QUEEN_BENCH_CPP_URL) it uses one already running. Either way every phase also runs against it, right
+before or after ours (same requests, its own queue name), with its CPU per request when the bench started it, and
+the ratio ours/C++ is printed (which of the two runs a phase first alternates from phase to phase:
+the second inherits the first's leftovers on the shared server); without either the issue's reference figures (C++ Queen 0.15.1 on a tuned
 PostgreSQL 15, same machine kind) are the baseline. Our broker is a real ``queen serve`` (2 workers) on the
 embedded PostgreSQL (or QUEEN_BENCH_DATABASE_URL, a server DSN; a fresh database), unless ``--url``
 points at a running one. RSS of our master and workers is printed at the end.
@@ -521,9 +522,12 @@ async def main_async(args: argparse.Namespace, ours_url: str, broker_pid: int | 
     for t in targets:  # create the partitions (not timed): every partition once, 10 connections
         await warm(t)
     table: list[tuple[str, dict[str, Result]]] = []
-    for phase in args.only or PHASES:
+    for i, phase in enumerate(args.only or PHASES):
         got: dict[str, Result] = {}
-        for t in targets:
+        # Who goes first alternates from phase to phase: whichever broker runs second inherits the
+        # first's leftovers on the shared server (dirty pages, WAL, autovacuum of what it wrote), and
+        # in a fixed order our light phase always came right after the C++ Queen's 1,000 req/s one.
+        for t in targets if i % 2 == 0 else targets[::-1]:
             if phase.startswith("pop_"):
                 await closed_loop(t, args.conns, args.prefill, lambda c, t=t: push_once(t, c, 100))
             watch = ServerWatch(server) if server else None
