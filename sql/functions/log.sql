@@ -401,6 +401,11 @@ $$;
 -- spent (a message queen_pop must treat on its own). p_states false says the group keeps no per-message
 -- state in the partition past p_from (queen_msg_state): the probe of it per message is skipped (a
 -- pseudo-constant join qual). One SELECT, STABLE: the planner inlines it into the calling statement.
+-- Its body reads queen_msg_state.retry_at (migration 0010), and an upgrade release by release runs
+-- these files after older migrations too: a LANGUAGE sql body is analysed at CREATE unless
+-- check_function_bodies is off, so it is off for this one statement (the body is analysed at its
+-- first call, as a plpgsql one is).
+SET LOCAL check_function_bodies = off;
 CREATE OR REPLACE FUNCTION queen_pop_window(
     p_tenant text, p_pid uuid, p_group text, p_from bigint, p_limit integer, p_states boolean,
     p_retry_limit integer, p_max_wait_s integer, p_gated boolean, p_delay_s integer, p_retry_delay_ms integer
@@ -425,6 +430,7 @@ LANGUAGE sql STABLE AS $$
           LIMIT p_limit) w (seq, id, txn, trace_id, payload, codec, key_id, producer_sub, created_at, deadline_at,
                             expired, failures, waited_out, not_yet)
 $$;
+RESET check_function_bodies;
 
 CREATE OR REPLACE FUNCTION queen_pop(
     p_tenant text, p_queue text, p_partition text, p_group text, p_batch integer, p_max_partitions integer,
