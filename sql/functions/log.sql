@@ -365,8 +365,9 @@ $$;
 -- exceeds the group's cursor_count (no per-pop search otherwise). A partition's batch is read through
 -- queen_pop_window: its clean prefix (the common case) goes out as one RETURN QUERY; from the first
 -- message that needs its own treatment (dead letter, held back) a per-message loop with RETURN NEXT goes
--- on. Batches under 32 (the session setting queen.pop_set_min overrides it; tests use it to compare the
--- two paths) take the loop alone: two statements fewer, cheaper there (bench/bench_pop_sql.py).
+-- on. A window under 32 messages (the batch left, or what the partition holds; the session setting
+-- queen.pop_set_min overrides the bound, tests use it to compare the two paths) takes the loop alone:
+-- two statements fewer, cheaper there (bench/bench_pop_sql.py).
 -- Queue options (queue_options.sql): windowBuffer skips a partition pushed to in the last window_s;
 -- delayedProcessing and retryDelay hold a message (and, offsets being in order, those after it) until
 -- it is due, and an empty answer's hint then includes that instant; maxWaitTimeSeconds files a message
@@ -538,7 +539,7 @@ BEGIN
     -- of the group (a walk of queen_cursors_group that stops at the first that can serve).
     IF v_pid IS NULL THEN
         OPEN v_cur FOR
-            SELECT cu.partition_id AS pid, cu.acked_seq, cu.lease_id AS old_lease, cu.lease_end_seq, p.name
+            SELECT cu.partition_id AS pid, cu.acked_seq, cu.lease_id AS old_lease, cu.lease_end_seq, p.name, p.next_seq
             FROM queen_cursors cu
             JOIN queen_partitions p ON p.tenant = cu.tenant AND p.id = cu.partition_id
             WHERE cu.tenant = p_tenant AND cu.queue = p_queue AND cu.consumer_group = p_group
@@ -549,7 +550,7 @@ BEGIN
             FOR UPDATE OF cu SKIP LOCKED;
     ELSE
         OPEN v_cur FOR
-            SELECT cu.partition_id AS pid, cu.acked_seq, cu.lease_id AS old_lease, cu.lease_end_seq, p.name
+            SELECT cu.partition_id AS pid, cu.acked_seq, cu.lease_id AS old_lease, cu.lease_end_seq, p.name, p.next_seq
             FROM queen_cursors cu, queen_partitions p
             WHERE cu.tenant = p_tenant AND cu.partition_id = v_pid AND cu.consumer_group = p_group
               AND p.tenant = p_tenant AND p.id = v_pid
@@ -582,11 +583,12 @@ BEGIN
         LOOP
             -- The clean prefix of the window (the common case: nothing expired, waited out, spent or
             -- held back) goes out as one set; the per-message loop starts at the first special message.
-            -- Below v_set_min messages the loop alone is cheaper (two statements fewer).
+            -- For a window under v_set_min messages (the batch left, or at most what the partition held
+            -- when claimed) the loop alone is cheaper: two statements fewer.
             v_states := true;
             v_clean := 0;
             v_mixed := true;
-            IF v_left >= v_set_min THEN
+            IF least(v_left, c.next_seq - 1 - v_from) >= v_set_min THEN
                 -- (and whether the group keeps per-message state past v_from: the probe per message then)
                 SELECT e.has, count(w.seq), max(w.seq), coalesce(bool_or(w.special), false)
                 INTO v_states, v_clean, v_clean_last, v_mixed
