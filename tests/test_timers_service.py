@@ -4,6 +4,7 @@ schedule statement it sends (queen_timers_apply), by its two ways in."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from types import SimpleNamespace
 from typing import Any
 
@@ -16,7 +17,7 @@ from broker.codec import Codec
 from broker.store.pool import connect
 from broker.store.queries import Q
 from broker.timers.ops import TimerOp
-from broker.timers.service import log_ready
+from broker.timers.service import _arrays, log_ready
 
 
 def _op(payload: bytes | None, zstd: bool = False, op: str = "schedule") -> TimerOp:
@@ -102,3 +103,50 @@ async def test_a_concurrent_schedule_of_the_same_key_waits_then_answers_by_what_
     finally:
         await a.close()
         await b.close()
+
+
+async def test_a_timer_needs_its_tenant_and_a_tenant_with_timers_stays(conn):
+    """What the foreign key held, kept per statement (sql/migrations/0021_timer_tenant_check.sql): a timer
+    of a tenant missing from queen_tenants is refused, whoever writes it; a tenant with timers cannot be
+    deleted; one without can."""
+    insert = ("INSERT INTO queen_timers (tenant, queue, timer_key, txn, message_id, payload, deliver_at, due_at) "
+              "SELECT $1, 'q', k, k, gen_random_uuid(), '{}', now(), now() FROM unnest($2::text[]) k")
+    with pytest.raises(asyncpg.ForeignKeyViolationError, match="nobody"):
+        await conn.execute(insert, "nobody", ["a", "b"])
+    await conn.execute("INSERT INTO queen_tenants (tenant) VALUES ('te'), ('empty')")
+    await conn.execute(insert, "te", ["a", "b"])
+    with pytest.raises(asyncpg.ForeignKeyViolationError, match="te"):
+        await conn.execute("DELETE FROM queen_tenants WHERE tenant IN ('te', 'empty')")
+    assert await conn.fetchval("SELECT count(*) FROM queen_timers WHERE tenant = 'te'") == 2
+    await conn.execute("DELETE FROM queen_tenants WHERE tenant = 'empty'")
+    assert await conn.fetchval("SELECT count(*) FROM queen_tenants WHERE tenant IN ('te', 'empty')") == 1
+
+
+def test_columns_with_nothing_to_say_are_sent_as_null():
+    """_arrays sends the partition, zstd and key-id columns as NULL when no op sets them (the statement
+    reads that as all NULLs), and as arrays as soon as one op does."""
+    broker: Any = SimpleNamespace(codec=Codec(1024), settings=SimpleNamespace(sweeper_max_sleep_ms=1000))
+    who: Any = SimpleNamespace(tenant="t", sub="s")
+    plain = [_op(b"{}"), TimerOp("cancel", "q", "k2", None)]
+    args = _arrays(broker, who, plain, set(), True)
+    assert (args[7], args[11], args[12]) == (None, None, None)
+    assert uuid.UUID(args[9][0]).version == 7 and args[9][1] is None  # an id minted for the schedule only
+    mixed = [_op(b"{}"), TimerOp("schedule", "q", "k3", "t", "p1", b"x", True, 0)]
+    args = _arrays(broker, who, mixed, set(), True)
+    assert args[7] == [None, "p1"] and args[11] == [False, True] and args[12] is None
+
+
+async def test_null_columns_are_the_defaults(conn):
+    rows = await conn.fetch(Q.timers_apply, "tn", "sub", True, 1000, ["schedule", "schedule"], ["q", "q"], ["a", "b"],
+                            None, ["ta", "tb"], [uuid.uuid4(), uuid.uuid4()], [b"{}", b"{}"], None, None,
+                            [60_000, 60_000], [True, True])
+    assert [r["status"] for r in rows] == ["scheduled", "scheduled"]
+    got = await conn.fetch("SELECT partition, payload_zstd, key_id FROM queen_timers WHERE tenant = 'tn'")
+    assert [tuple(r) for r in got] == [("Default", False, None)] * 2
+    # the general statement too (a cancel in the batch)
+    rows = await conn.fetch(Q.timers_apply, "tn", "sub", True, 1000, ["schedule", "cancel"], ["q", "q"], ["c", "a"],
+                            None, ["tc", "x"], [uuid.uuid4(), None], [b"{}", None], None, None, [60_000, None],
+                            [True, None])
+    assert [r["status"] for r in rows] == ["scheduled", "cancelled"]
+    got = await conn.fetchrow("SELECT partition, payload_zstd, key_id FROM queen_timers WHERE tenant = 'tn' AND timer_key = 'c'")
+    assert tuple(got) == ("Default", False, None)

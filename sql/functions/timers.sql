@@ -1,5 +1,6 @@
 -- Timers: schedule/reschedule/cancel, and the sweeper's claim and fire.
--- Tables: sql/migrations/0003_timers.sql. The pending-timer gauge triggers are in limits.sql.
+-- Tables: sql/migrations/0003_timers.sql. The pending-timer gauge triggers are in limits.sql; the tenant
+-- check (what was a foreign key) is below.
 -- Re-applied at boot when any function file changes (README, "Schema and upgrades"): CREATE OR
 -- REPLACE statements only; tables, indexes and data belong in forward-only migrations.
 
@@ -12,6 +13,48 @@ BEGIN
 END
 $$;
 
+-- Every timer's tenant is a row of queen_tenants (sql/migrations/0021_timer_tenant_check.sql: what the
+-- foreign key held, checked once per statement and per distinct tenant instead of once per row). The
+-- key-share lock keeps the tenant row from being deleted until the inserting transaction ends; a delete
+-- that comes first makes the lock find no row, so the insert fails.
+CREATE OR REPLACE FUNCTION queen_timers_tenant_check() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    v_missing text;
+BEGIN
+    SELECT n.tenant INTO v_missing
+    FROM (SELECT DISTINCT x.tenant FROM queen_new_timers x) n
+    WHERE NOT EXISTS (SELECT 1 FROM queen_tenants t WHERE t.tenant = n.tenant FOR KEY SHARE OF t)
+    LIMIT 1;
+    IF v_missing IS NOT NULL THEN
+        RAISE EXCEPTION 'timers for tenant %, which is not in queen_tenants', v_missing
+            USING ERRCODE = 'foreign_key_violation';
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE TRIGGER queen_timers_tenant_ins AFTER INSERT ON queen_timers
+    REFERENCING NEW TABLE AS queen_new_timers FOR EACH STATEMENT EXECUTE FUNCTION queen_timers_tenant_check();
+
+-- The other half: a tenant that still has timers cannot be deleted.
+CREATE OR REPLACE FUNCTION queen_tenants_timers_check() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    v_left text;
+BEGIN
+    SELECT o.tenant INTO v_left
+    FROM queen_old_tenants o
+    WHERE EXISTS (SELECT 1 FROM queen_timers t WHERE t.tenant = o.tenant)
+    LIMIT 1;
+    IF v_left IS NOT NULL THEN
+        RAISE EXCEPTION 'tenant % still has timers', v_left USING ERRCODE = 'foreign_key_violation';
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE TRIGGER queen_tenants_timers_del AFTER DELETE ON queen_tenants
+    REFERENCING OLD TABLE AS queen_old_tenants FOR EACH STATEMENT EXECUTE FUNCTION queen_tenants_timers_check();
+
 -- queen_timers_apply: schedule / reschedule / cancel a batch of timers in one statement.
 --
 -- Items are parallel arrays, index i = op i; every (queue, key) appears at most once (the caller
@@ -21,6 +64,8 @@ $$;
 --   cancel              -> 'cancelled' (row deleted; txn = the stored txn) | 'too_late' | 'absent'
 -- p_ready, per schedule op: the broker judged the payload ready for the log as stored
 -- (queen_timers.payload_ready, sql/migrations/0018_timer_payload_ready.sql); NULL counts as false.
+-- p_partitions, p_zstd, p_key_ids may each be one NULL instead of an array of NULLs (unnest pads a NULL
+-- array with NULLs): the default partition, not zstd, not sealed, for every op.
 -- p_check_switch: refuse the whole call with SQLSTATE QT001 when scheduling is switched off (the
 -- DELETE cancel route passes false: nothing but the boot flag refuses it).
 -- Notifies queen_timers with the smallest new delay in ms when some timer is due within p_near_ms,
