@@ -14,19 +14,30 @@ END
 $$;
 
 -- Every timer's tenant is a row of queen_tenants (sql/migrations/0021_timer_tenant_check.sql: what the
--- foreign key held, checked once per statement and per distinct tenant instead of once per row). The
--- key-share lock keeps the tenant row from being deleted until the inserting transaction ends; a delete
--- that comes first makes the lock find no row, so the insert fails.
+-- foreign key held, checked once per statement and per distinct tenant instead of once per row). Two
+-- triggers, one function: after an INSERT into queen_timers, each distinct tenant inserted must exist,
+-- and is key-share locked so it cannot be deleted until the inserting transaction ends (a delete that
+-- comes first leaves the lock no row to find: the insert fails); after a DELETE from queen_tenants, no
+-- deleted tenant may still have timers. Either way: foreign_key_violation, as the foreign key raised.
+-- (Each branch names its own trigger's transition table; PL/pgSQL plans a statement when it first runs.)
 CREATE OR REPLACE FUNCTION queen_timers_tenant_check() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
-    v_missing text;
+    v_bad text;
 BEGIN
-    SELECT n.tenant INTO v_missing
-    FROM (SELECT DISTINCT x.tenant FROM queen_new_timers x) n
-    WHERE NOT EXISTS (SELECT 1 FROM queen_tenants t WHERE t.tenant = n.tenant FOR KEY SHARE OF t)
-    LIMIT 1;
-    IF v_missing IS NOT NULL THEN
-        RAISE EXCEPTION 'timers for tenant %, which is not in queen_tenants', v_missing
+    IF TG_TABLE_NAME = 'queen_timers' THEN
+        SELECT n.tenant INTO v_bad
+        FROM (SELECT DISTINCT x.tenant FROM queen_new_timers x) n
+        WHERE NOT EXISTS (SELECT 1 FROM queen_tenants t WHERE t.tenant = n.tenant FOR KEY SHARE OF t)
+        LIMIT 1;
+    ELSE
+        SELECT o.tenant INTO v_bad
+        FROM queen_old_tenants o
+        WHERE EXISTS (SELECT 1 FROM queen_timers t WHERE t.tenant = o.tenant)
+        LIMIT 1;
+    END IF;
+    IF v_bad IS NOT NULL THEN
+        RAISE EXCEPTION 'tenant % %', v_bad,
+            CASE WHEN TG_TABLE_NAME = 'queen_timers' THEN 'of new timers is not in queen_tenants' ELSE 'still has timers' END
             USING ERRCODE = 'foreign_key_violation';
     END IF;
     RETURN NULL;
@@ -36,24 +47,8 @@ $$;
 CREATE OR REPLACE TRIGGER queen_timers_tenant_ins AFTER INSERT ON queen_timers
     REFERENCING NEW TABLE AS queen_new_timers FOR EACH STATEMENT EXECUTE FUNCTION queen_timers_tenant_check();
 
--- The other half: a tenant that still has timers cannot be deleted.
-CREATE OR REPLACE FUNCTION queen_tenants_timers_check() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-    v_left text;
-BEGIN
-    SELECT o.tenant INTO v_left
-    FROM queen_old_tenants o
-    WHERE EXISTS (SELECT 1 FROM queen_timers t WHERE t.tenant = o.tenant)
-    LIMIT 1;
-    IF v_left IS NOT NULL THEN
-        RAISE EXCEPTION 'tenant % still has timers', v_left USING ERRCODE = 'foreign_key_violation';
-    END IF;
-    RETURN NULL;
-END
-$$;
-
 CREATE OR REPLACE TRIGGER queen_tenants_timers_del AFTER DELETE ON queen_tenants
-    REFERENCING OLD TABLE AS queen_old_tenants FOR EACH STATEMENT EXECUTE FUNCTION queen_tenants_timers_check();
+    REFERENCING OLD TABLE AS queen_old_tenants FOR EACH STATEMENT EXECUTE FUNCTION queen_timers_tenant_check();
 
 -- queen_timers_apply: schedule / reschedule / cancel a batch of timers in one statement.
 --
