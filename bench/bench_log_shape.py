@@ -25,12 +25,16 @@ payload ``{"message":"Hello World","partition_id":N}``, 50 keep-alive connection
                   and that lateness is the generator's, printed on its own line.
 
 Every phase prints msg/s, latency p50/p99 and the p99 of its first and last third (a p99 that grows
-over a phase grows with the rows in the log). With ``--cpp-bin`` (or QUEEN_BENCH_CPP_BIN) the bench
+over a phase grows with the rows in the log) and, when the bench knows the PostgreSQL server (always,
+except with ``--url`` and no QUEEN_BENCH_DATABASE_URL), what the server did beside the requests: the
+checkpoints that started and the autovacuum workers seen during the phase, and how many of the slowest
+1 % of requests ran while one was active. With ``--cpp-bin`` (or QUEEN_BENCH_CPP_BIN) the bench
 starts a locally built C++ Queen itself (bench/cpp_queen.py: 2 workers, pools of 10, its own fresh
 database on the same PostgreSQL server as ours, stopped at the end); with ``--cpp-url`` (or
-QUEEN_BENCH_CPP_URL) it uses one already running. Either way every phase also runs against it right
-after ours (same requests, its own queue name), with its CPU per request when the bench started it, and
-the ratio ours/C++ is printed; without either the issue's reference figures (C++ Queen 0.15.1 on a tuned
+QUEEN_BENCH_CPP_URL) it uses one already running. Either way every phase also runs against it, right
+before or after ours (same requests, its own queue name), with its CPU per request when the bench started it, and
+the ratio ours/C++ is printed (which of the two runs a phase first alternates from phase to phase:
+the second inherits the first's leftovers on the shared server); without either the issue's reference figures (C++ Queen 0.15.1 on a tuned
 PostgreSQL 15, same machine kind) are the baseline. Our broker is a real ``queen serve`` (2 workers) on the
 embedded PostgreSQL (or QUEEN_BENCH_DATABASE_URL, a server DSN; a fresh database), unless ``--url``
 points at a running one. RSS of our master and workers is printed at the end.
@@ -79,7 +83,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.cpp_queen import CppQueen  # noqa: E402
 from bench.db import new_db  # noqa: E402
-from bench.httpconn import Conn, HttpError, host_port  # noqa: E402
+from bench.httpconn import Conn, HttpError, host_port, lean_gc  # noqa: E402
 
 PARTITIONS = 1001  # "0".."1000"
 
@@ -163,6 +167,67 @@ class CpuMeter:
                 except (psutil.NoSuchProcess, psutil.AccessDenied):
                     pass
         return b, pg
+
+
+class ServerWatch:
+    """What the PostgreSQL server did besides serving requests during a phase: the autovacuum workers
+    seen (sampled every 100 ms; the C++ Queen's tables count too, it is the same server), and the
+    checkpoints that started. A tail that lines up with these is the server's, not the broker's."""
+
+    SAMPLE_S = 0.1
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.seen: dict[str, int] = {}
+        self.busy: list[float] = []  # perf_counter instants with an autovacuum worker active
+        self._task: asyncio.Task[None] | None = None
+        self._conn: Any = None
+        self._ckpt0 = 0
+
+    async def _checkpoints(self) -> int:
+        for q in ("SELECT num_timed + num_requested FROM pg_stat_checkpointer",  # PostgreSQL 17+
+                  "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter"):
+            try:
+                return int(await self._conn.fetchval(q))
+            except Exception:  # noqa: BLE001 - the other server version's view
+                continue
+        return 0
+
+    async def _sample(self) -> None:
+        while True:
+            rows = await self._conn.fetch(
+                "SELECT datname, query FROM pg_stat_activity WHERE backend_type = 'autovacuum worker'")
+            if rows:
+                self.busy.append(time.perf_counter())
+            for r in rows:
+                what = f"{r['datname']}: {(r['query'] or '').removeprefix('autovacuum: ')}"
+                self.seen[what] = self.seen.get(what, 0) + 1
+            await asyncio.sleep(self.SAMPLE_S)
+
+    async def start(self) -> None:
+        import asyncpg
+
+        self.seen, self.busy = {}, []
+        self._conn = await asyncpg.connect(self.dsn)
+        self._ckpt0 = await self._checkpoints()
+        self._task = asyncio.create_task(self._sample())
+
+    async def stop(self, lat: list[tuple[float, float]] | None = None, t0: float = 0.0) -> str:
+        assert self._task is not None
+        self._task.cancel()
+        try:
+            await self._task
+        except asyncio.CancelledError:
+            pass
+        ckpt = await self._checkpoints() - self._ckpt0
+        await self._conn.close()
+        vac = ", ".join(f"{k} ({v * self.SAMPLE_S:.1f} s)" for k, v in sorted(self.seen.items(), key=lambda kv: -kv[1]))
+        out = f"server: {ckpt} checkpoint(s) started; autovacuum: {vac or 'none'}"
+        if lat and self.busy:  # of the slowest 1 % of requests, how many ran while autovacuum did
+            worst = sorted(lat, key=lambda x: -x[1])[: max(1, len(lat) // 100)]
+            near = sum(any(abs(b - (t0 + s)) <= self.SAMPLE_S + d for b in self.busy) for s, d in worst)
+            out += f"; slowest 1 % during autovacuum: {near}/{len(worst)}"
+        return out
 
 
 class Target:
@@ -445,7 +510,7 @@ async def make_db(server_dsn: str) -> str:
 
 
 async def main_async(args: argparse.Namespace, ours_url: str, broker_pid: int | None, db: str | None,
-                     cpp: CppQueen | None = None) -> None:
+                     cpp: CppQueen | None = None, server: str | None = None) -> None:
     targets = [Target("ours", ours_url, CpuMeter(broker_pid, db) if broker_pid or db else None)]
     if cpp is not None:
         assert cpp.proc is not None
@@ -457,14 +522,23 @@ async def main_async(args: argparse.Namespace, ours_url: str, broker_pid: int | 
     for t in targets:  # create the partitions (not timed): every partition once, 10 connections
         await warm(t)
     table: list[tuple[str, dict[str, Result]]] = []
-    for phase in args.only or PHASES:
+    for i, phase in enumerate(args.only or PHASES):
         got: dict[str, Result] = {}
-        for t in targets:
+        # Who goes first alternates from phase to phase: whichever broker runs second inherits the
+        # first's leftovers on the shared server (dirty pages, WAL, autovacuum of what it wrote), and
+        # in a fixed order our light phase always came right after the C++ Queen's 1,000 req/s one.
+        for t in targets if i % 2 == 0 else targets[::-1]:
             if phase.startswith("pop_"):
                 await closed_loop(t, args.conns, args.prefill, lambda c, t=t: push_once(t, c, 100))
+            watch = ServerWatch(server) if server else None
+            if watch:
+                await watch.start()
             before = t.cpu.snap() if t.cpu else None
             t0 = time.perf_counter()
             got_t = await run_phase(t, phase, args)
+            if watch:
+                lat = [x for r in got_t.values() for x in r.lat]
+                print(f"  {phase:18s} {t.name:4s} {await watch.stop(lat, t0)}", flush=True)
             if t.cpu and before:
                 after, wall = t.cpu.snap(), time.perf_counter() - t0
                 for r in got_t.values():
@@ -508,6 +582,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.quick:
         args.seconds, args.prefill = 3.0, 3.0
+    lean_gc()
     try:
         import uvloop
 
@@ -533,7 +608,7 @@ def main() -> None:
             cpp = CppQueen(args.cpp_bin, asyncio.run(new_db(server, "bench_shape_cpp")), workers=args.workers)
             cpp.start()
         if args.url:
-            asyncio.run(main_async(args, args.url, args.broker_pid, args.db, cpp))
+            asyncio.run(main_async(args, args.url, args.broker_pid, args.db, cpp, server))
             return
         from broker.localserver import LocalBroker
 
@@ -544,7 +619,7 @@ def main() -> None:
                         log_path=Path(tempfile.gettempdir()) / "bench_log_shape_broker.log")
         b.start()
         assert b.proc is not None
-        asyncio.run(main_async(args, b.url, b.proc.pid, urlsplit(dsn).path.lstrip("/"), cpp))
+        asyncio.run(main_async(args, b.url, b.proc.pid, urlsplit(dsn).path.lstrip("/"), cpp, server))
     finally:
         for running in (b, cpp, emb):
             if running is not None:

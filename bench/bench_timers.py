@@ -34,7 +34,9 @@ POST /api/v1/timers would store it (payload_ready: the sweeper fires it inside t
              at one instant (all fired, p99 <= 4 s); fire rate beside the bare-SQL bound (lock, delete
              and queen_push of 1,000 due rows in one statement, one connection). --bursts picks them.
   scale      pending far-future timers 0 / 10k / 100k / 1M (--scale-max; 10M only if asked): steady
-             lag for --scale-seconds at 1,000/s and one 1,000-at-an-instant burst at each level.
+             lag for --scale-seconds at 1,000/s and one 1,000-at-an-instant burst at each level;
+             then the verdict, an A/B at the top level: the same steady load alternated 3 times between
+             this broker and a second one on a database with no pending timers.
              Target: lag changes by < 10 % from 0 to 1M.
   tenants    tenant A: 100,000 due at once; tenant B: 50 timers/s due steadily. Target: B's p99 < 100 ms.
   profile    where a sweep cycle's time goes (take / pack / fire) on a 20,000-row burst, in process.
@@ -47,6 +49,7 @@ import asyncio
 import base64
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -61,7 +64,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.db import new_migrated_db  # noqa: E402
-from bench.httpconn import HttpError, Pool  # noqa: E402
+from bench.httpconn import HttpError, Pool, lean_gc  # noqa: E402
 from broker.codec import Codec  # noqa: E402
 from broker.localserver import LocalBroker  # noqa: E402
 from broker.sweeper import Sweeper, SweeperConfig  # noqa: E402
@@ -245,6 +248,7 @@ class Consumer:
 async def consumer_main(url: str, queue: str) -> None:
     """The consumer process: poll until told (on stdin) how many frames to expect, then until it has
     them or its timeout passes; print the receipts as JSON {txn: unix time}."""
+    lean_gc()
     receipts: dict[str, float] = {}
     loop = asyncio.get_running_loop()
     want: list[float] = []
@@ -558,7 +562,7 @@ async def bench_bursts(url: str, conn: asyncpg.Connection, raw_dsn: str, sizes: 
         await conn.execute("ALTER TABLE queen_timers RESET (autovacuum_enabled)")
 
 
-async def bench_scale(url: str, conn: asyncpg.Connection, levels: list[int], seconds: float) -> None:
+async def bench_scale(url: str, conn: asyncpg.Connection, levels: list[int], seconds: float, admin: str) -> None:
     print(f"\n== scale: pending far-future timers {', '.join(f'{n:,}' for n in levels)}; steady 1,000/s for "
           f"{seconds:.0f} s and 1,000 at one instant at each level (autovacuum off, never analyzed) ==")
     await conn.execute(ENSURE_TENANT, "scale-far")
@@ -585,11 +589,46 @@ async def bench_scale(url: str, conn: asyncpg.Connection, levels: list[int], sec
             print(f"   pending {level:>10,}: steady at consumer p50 {ms(p50)} p99 {ms(p99)} "
                   f"(commit p50 {ms(pct(c, 50))} p99 {ms(pct(c, 99))}); 1,000 instant p99 {ms(pct(bu, 99))}, "
                   f"fired in {drained:.2f} s; p50 vs no pending {p50 / base[0]:.2f}x")
-        row(f"steady lag with {levels[-1]:,} pending", f"p50 {ms(p50)} vs {ms(base[0])} with {levels[0]:,}",
-            "< 10 % change", p50 <= 1.1 * base[0], f"(p99 {ms(p99)} vs {ms(base[1])})")
+        print(f"   (in sequence, {levels[-1]:,} vs {levels[0]:,} pending: p50 {ms(p50)} vs {ms(base[0])}, "
+              f"p99 {ms(p99)} vs {ms(base[1])}; the levels run one after the other, so this mixes the "
+              "pending volume with whatever drifts over the run: the verdict is the A/B below)")
+        await scale_ab(url, conn, admin, levels[-1], seconds)
     finally:
         await conn.execute("DELETE FROM queen_timers WHERE tenant = 'scale-far'")
         await conn.execute("ALTER TABLE queen_timers RESET (autovacuum_enabled)")
+
+
+SCALE_AB_ROUNDS = 3
+
+
+async def scale_ab(url: str, conn: asyncpg.Connection, admin: str, pending: int, seconds: float) -> None:
+    """The verdict of the scale curve: the same steady load on two brokers alike but for the pending
+    volume (a second database with none, its own 2-worker broker on the same server, warmed up by one
+    window first), alternated SCALE_AB_ROUNDS times, medians of each side's per-window p50 and p99 compared."""
+    ref_dsn = await new_db(admin)
+    ref = LocalBroker(dsn=ref_dsn, workers=2, log_path=Path(tempfile.gettempdir()) / "bench-timers-ref-broker.log")
+    await asyncio.to_thread(ref.start)
+    ref_conn = await asyncpg.connect(ref_dsn)
+    sides: dict[str, list[tuple[float, float]]] = {"none": [], "big": []}
+    print(f"-- A/B: 0 pending (its own database and broker) vs {pending:,} pending, {SCALE_AB_ROUNDS} alternated "
+          f"rounds of {seconds:.0f} s each")
+    try:
+        await ref_conn.execute("ALTER TABLE queen_timers SET (autovacuum_enabled = false)")
+        print("   warm-up of the second broker (not counted: a fresh broker's first seconds are slower)")
+        await steady(ref.url, ref_conn, seconds)
+        for rnd in range(SCALE_AB_ROUNDS):
+            for side, (u, c) in (("none", (ref.url, ref_conn)), ("big", (url, conn))):
+                _, lag = await steady(u, c, seconds)
+                sides[side].append((pct(lag, 50), pct(lag, 99)))
+                print(f"   round {rnd + 1} {side:4s}: p50 {ms(sides[side][-1][0])} p99 {ms(sides[side][-1][1])}")
+    finally:
+        await ref_conn.close()
+        await asyncio.to_thread(ref.stop)
+    med = {k: (statistics.median(x for x, _ in v), statistics.median(y for _, y in v)) for k, v in sides.items()}
+    r50 = med["big"][0] / med["none"][0]
+    row(f"steady lag with {pending:,} pending (A/B)", f"p50 {ms(med['big'][0])} vs {ms(med['none'][0])} with none, "
+        f"{r50:.2f}x", "< 10 % change", r50 < 1.1,
+        f"(p99 {ms(med['big'][1])} vs {ms(med['none'][1])}; medians of {SCALE_AB_ROUNDS} alternated rounds)")
 
 
 def _parse_iso(s: str) -> float:
@@ -726,6 +765,7 @@ async def main() -> None:
         await consumer_main(*args.consumer)
         return
     SEED_READY[0] = not args.seed_unready
+    lean_gc()
     if args.burst != 100_000 and args.bursts == "1k,20k,100k":
         args.bursts = f"1k,20k,{args.burst}"
     try:
@@ -761,7 +801,7 @@ async def run(args: argparse.Namespace) -> None:
             await bench_bursts(b.url, conn, raw_dsn, [x.strip() for x in args.bursts.split(",") if x.strip()])
         if "scale" in wanted:
             levels = [n for n in (0, 10_000, 100_000, 1_000_000, 10_000_000) if n <= args.scale_max]
-            await bench_scale(b.url, conn, levels, args.scale_seconds)
+            await bench_scale(b.url, conn, levels, args.scale_seconds, admin)
         if "tenants" in wanted:
             await bench_tenants(b.url, conn, args.burst)
         if "flat" in wanted:

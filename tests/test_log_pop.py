@@ -32,6 +32,19 @@ def test_pop_shape_fifo_and_batch(api):
     assert [m["data"]["n"] for m in rest] == [3, 4]
 
 
+def test_each_message_carries_its_own_push_instant(api):
+    """createdAt is each message's own: messages of one push share it (one statement, one instant), and a
+    pop over several pushes renders each push's (the render formats it once per run of equal values)."""
+    q = uniq("cat")
+    for k in range(3):
+        api.push(q, [{"k": k, "i": i} for i in range(2)])
+        time.sleep(0.01)
+    msgs = api.pop(q, batch=10)["messages"]
+    assert [(m["data"]["k"], m["data"]["i"]) for m in msgs] == [(k, i) for k in range(3) for i in range(2)]
+    at = [m["createdAt"] for m in msgs]
+    assert at[0] == at[1] and at[2] == at[3] and at[4] == at[5]
+    assert at[0] < at[2] < at[4]
+
 def test_default_batch_and_unknown_params_ignored(api):
     q = uniq("defb")
     api.push(q, list(range(250)))

@@ -353,13 +353,20 @@ class LogService:
         # Per message only what differs between messages: the lease (one per pop), the partition's id
         # as text and the codec/keyring objects are looked up once (a batch-100 pop rendered at ~30 us
         # a message before, most of it repeated str()/attribute work).
+        # The same holds for created_at across messages pushed by one statement, or fired by one sweep
+        # (one transaction, one now()): formatted when it changes (~2.5 ms of a pop of 1,000 before).
         lease_s = ""
         pids: dict[uuid.UUID, str] = {}
         codec, keyring, ts, data_fields = self.b.codec, self.b.keyring, render.ts, render.data_fields
         group = req.group
+        created: Any = None
+        created_s: str | None = None
         for r in rows:
             kind = r["kind"]
             if kind == "msg":
+                if r["created_at"] != created:
+                    created = r["created_at"]
+                    created_s = ts(created)
                 if lease is None and r["lease_id"] is not None:
                     lease = r["lease_id"]
                     lease_s = str(lease)
@@ -382,7 +389,7 @@ class LogService:
                     "traceId": str(trace) if trace else None,
                     **data,
                     "producerSub": r["producer_sub"],
-                    "createdAt": ts(r["created_at"]),
+                    "createdAt": created_s,
                     # the absolute deadline (database clock) for the consumer's last check, null without one
                     "deadlineAt": ts(r["deadline_at"]),
                     "queue": queue,
