@@ -27,6 +27,7 @@ class Status(StrEnum):
 
 _OK = frozenset({Status.SCHEDULED, Status.RESCHEDULED, Status.CANCELLED})
 _BY_VALUE = {s.value: s for s in Status}
+_SCHEDULED, _RESCHEDULED, _CANCELLED, _ABSENT = Status.SCHEDULED, Status.RESCHEDULED, Status.CANCELLED, Status.ABSENT
 
 
 def iso_us(dt: datetime | None) -> str | None:
@@ -66,11 +67,13 @@ def result(
     - absent:                  ``{ok, status, queue, timerKey, txn}`` (the txn the caller sent, or null)
     - too_late:                ``{ok, status, queue, timerKey}``
     """
-    body: dict[str, Any] = {"ok": status.ok, "status": status.value, "queue": queue, "timerKey": timer_key}
-    if status in (Status.SCHEDULED, Status.RESCHEDULED):
+    # Identity tests and _value_ rather than ``in (Status.X, ...)`` and ``.value``: an answer renders one of
+    # these per op, and those spelled 0.5 us of its 2.6 (enum attribute lookups and Python-level __eq__).
+    body: dict[str, Any] = {"ok": status.ok, "status": status._value_, "queue": queue, "timerKey": timer_key}
+    if status is _SCHEDULED or status is _RESCHEDULED:
         body["txn"] = txn
         body["messageId"] = str(message_id)
         body["deliverAt"] = iso_us(deliver_at)
-    elif status in (Status.CANCELLED, Status.ABSENT):
+    elif status is _CANCELLED or status is _ABSENT:
         body["txn"] = txn
     return body
