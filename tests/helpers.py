@@ -124,6 +124,22 @@ async def sql_push(conn: asyncpg.Connection, tenant: str, queue: str, txns: Sequ
                             list(deadlines_ms) if deadlines_ms is not None else [None] * n)
 
 
+async def sql_apply(conn: asyncpg.Connection, tenant: str, ops: Sequence[tuple[str, str, str]], *,
+                    delay_ms: int = 3_600_000, payload: bytes = b'{"x":1}') -> list[str]:
+    """``queen_timers_apply`` (through Q.timers_apply) of ``(op, queue, key)`` triples, each schedule with
+    txn ``t-<key>`` and ``delay_ms``; the statuses, in op order."""
+    n = len(ops)
+    sched = [op != "cancel" for op, _, _ in ops]
+    rows = await conn.fetch(
+        Q.timers_apply, tenant, "sub", True, 1000, [op for op, _, _ in ops], [q for _, q, _ in ops],
+        [k for _, _, k in ops], [None] * n, [f"t-{k}" for _, _, k in ops],
+        [uuid.uuid4() if s else None for s in sched], [payload if s else None for s in sched],
+        [False if s else None for s in sched], [None] * n, [delay_ms if s else None for s in sched],
+        [True if s else None for s in sched])
+    assert [r["idx"] for r in rows] == list(range(1, n + 1))
+    return [r["status"] for r in rows]
+
+
 async def sql_pop(conn: asyncpg.Connection, tenant: str, queue: str, *, partition: str | None = None,
                   group: str = QUEUE_MODE, batch: int = 1, auto_ack: bool = False) -> list[asyncpg.Record]:
     """``queen_pop`` (one partition at most); the delivered messages only (kind 'msg')."""

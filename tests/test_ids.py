@@ -20,3 +20,16 @@ def test_the_time_prefix_is_the_wall_clock_in_milliseconds(monkeypatch):
     a, b = ids.uuid7(), ids.uuid7()
     assert a.int >> 80 == b.int >> 80 == 1_700_000_000_123
     assert (b.int >> 64) & 0xFFF == ((a.int >> 64) & 0xFFF) + 1
+
+
+def test_a_batch_of_text_ids_is_what_one_by_one_minting_gives():
+    """uuid7_text(n): canonical text ids in mint order, sharing the sequence with uuid7() (so ids minted
+    after a batch still sort after it), distinct even past 4,096 in one millisecond."""
+    before = ids.uuid7()
+    batch = ids.uuid7_text(5_000)
+    after = ids.uuid7()
+    parsed = [uuid.UUID(t) for t in batch]
+    assert [str(u) for u in parsed] == batch
+    assert [before, *parsed, after] == sorted([before, *parsed, after], key=lambda u: u.int)
+    assert len(set(batch)) == len(batch)
+    assert {u.version for u in parsed} == {7} and {u.variant for u in parsed} == {uuid.RFC_4122}

@@ -17,10 +17,8 @@ Plan checks (horizon, payload ceiling) need the tenant's plan and live in ``serv
 
 from __future__ import annotations
 
-import base64
 import binascii
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from broker.errors import BadRequest
 
@@ -60,8 +58,10 @@ MAX_TXN = 256
 MIN_DELAY_MS = -(10**12)
 
 
-@dataclass(frozen=True, slots=True)
-class TimerOp:
+class TimerOp(NamedTuple):
+    """One validated op (immutable). A named tuple, not a frozen dataclass: a 256-op batch builds 256 of
+    them and a frozen dataclass took 1 us each to construct (a third of the op's validation)."""
+
     op: str
     queue: str
     key: str
@@ -103,9 +103,9 @@ def check_name(value: object, field: str, reason: str, limit: int, index: int | 
     return value
 
 
-def parse_op(raw: Any, index: int | None = None) -> TimerOp:
-    if not isinstance(raw, dict):
-        raise bad("timers_bad_op", "each operation must be a JSON object", index)
+def _refuse_fields(raw: dict[str, Any], op: object, index: int | None) -> None:
+    """An op with a field that is not one of its op's fields: name the first offender, a server-owned
+    field before an unknown op before a field of the other op's shape."""
     for field in raw:
         if field in SERVER_OWNED or field.startswith("_"):
             raise bad(
@@ -116,13 +116,24 @@ def parse_op(raw: Any, index: int | None = None) -> TimerOp:
                 index,
                 field=field,
             )
-    op = raw.get("op")
     if op not in (SCHEDULE, RESCHEDULE, CANCEL):
         raise bad("timers_bad_op", f"unknown op {op!r}: expected schedule, reschedule or cancel", index)
     allowed = _CANCEL_FIELDS if op == CANCEL else _SCHEDULE_FIELDS
     for field in raw:
         if field not in allowed:
             raise bad("timers_unknown_field", f"`{field}` is not a field of a {op} op", index, field=field)
+
+
+def parse_op(raw: Any, index: int | None = None) -> TimerOp:
+    if not isinstance(raw, dict):
+        raise bad("timers_bad_op", "each operation must be a JSON object", index)
+    op = raw.get("op")
+    # The common case (every field one of its op's) is one subset test; only an op carrying some
+    # other field is walked field by field, to name the offender.
+    if not raw.keys() <= (_CANCEL_FIELDS if op == CANCEL else _SCHEDULE_FIELDS):
+        _refuse_fields(raw, op, index)
+    if op not in (SCHEDULE, RESCHEDULE, CANCEL):
+        raise bad("timers_bad_op", f"unknown op {op!r}: expected schedule, reschedule or cancel", index)
     queue = check_name(raw.get("queue"), "queue", "timers_queue_required", MAX_QUEUE, index)
     key = check_name(raw.get("timerKey"), "timerKey", "timers_key_required", MAX_KEY, index)
     txn_raw = raw.get("txn")
@@ -148,7 +159,7 @@ def parse_op(raw: Any, index: int | None = None) -> TimerOp:
     if not isinstance(payload_raw, str):
         raise bad("timers_payload_not_base64", "`payload` must be a base64 string", index, field="payload")
     try:
-        payload = base64.b64decode(payload_raw, validate=True)
+        payload = binascii.a2b_base64(payload_raw, strict_mode=True)  # base64.b64decode(validate=True), minus a layer
     except (binascii.Error, ValueError):
         raise bad("timers_payload_not_base64", "`payload` is not valid base64", index, field="payload") from None
     return TimerOp(op, queue, key, txn, partition, payload, bool(zstd_raw), delay)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from enum import StrEnum
+from functools import lru_cache
 from typing import Any
 
 
@@ -25,13 +26,29 @@ class Status(StrEnum):
 
 
 _OK = frozenset({Status.SCHEDULED, Status.RESCHEDULED, Status.CANCELLED})
+_BY_VALUE = {s.value: s for s in Status}
+_SCHEDULED, _RESCHEDULED, _CANCELLED, _ABSENT = Status.SCHEDULED, Status.RESCHEDULED, Status.CANCELLED, Status.ABSENT
 
 
 def iso_us(dt: datetime | None) -> str | None:
     """``YYYY-MM-DDTHH:MM:SS.ffffffZ`` in UTC: sorts as a string in time order."""
     if dt is None:
         return None
-    return dt.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+    return _iso_us(dt)
+
+
+@lru_cache(maxsize=1024)
+def _iso_us(dt: datetime) -> str:
+    # Cached: the timers of one batch share a handful of instants (one statement's now() plus their delays),
+    # and formatting was the largest part of rendering a 256-op answer. The database hands back UTC.
+    if dt.tzinfo is not UTC:
+        dt = dt.astimezone(UTC)
+    return dt.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+
+
+def status_of(value: str) -> Status:
+    """The member for a status the database returned (a dict lookup: ``Status(value)`` costs 5x more)."""
+    return _BY_VALUE[value]
 
 
 def result(
@@ -50,11 +67,13 @@ def result(
     - absent:                  ``{ok, status, queue, timerKey, txn}`` (the txn the caller sent, or null)
     - too_late:                ``{ok, status, queue, timerKey}``
     """
-    body: dict[str, Any] = {"ok": status.ok, "status": status.value, "queue": queue, "timerKey": timer_key}
-    if status in (Status.SCHEDULED, Status.RESCHEDULED):
+    # Identity tests and _value_ rather than ``in (Status.X, ...)`` and ``.value``: an answer renders one of
+    # these per op, and those spelled 0.5 us of its 2.6 (enum attribute lookups and Python-level __eq__).
+    body: dict[str, Any] = {"ok": status.ok, "status": status._value_, "queue": queue, "timerKey": timer_key}
+    if status is _SCHEDULED or status is _RESCHEDULED:
         body["txn"] = txn
         body["messageId"] = str(message_id)
         body["deliverAt"] = iso_us(deliver_at)
-    elif status in (Status.CANCELLED, Status.ABSENT):
+    elif status is _CANCELLED or status is _ABSENT:
         body["txn"] = txn
     return body

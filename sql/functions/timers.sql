@@ -1,5 +1,6 @@
 -- Timers: schedule/reschedule/cancel, and the sweeper's claim and fire.
--- Tables: sql/migrations/0003_timers.sql. The pending-timer gauge triggers are in limits.sql.
+-- Tables: sql/migrations/0003_timers.sql. The pending-timer gauge triggers are in limits.sql; the tenant
+-- check (what was a foreign key) is below.
 -- Re-applied at boot when any function file changes (README, "Schema and upgrades"): CREATE OR
 -- REPLACE statements only; tables, indexes and data belong in forward-only migrations.
 
@@ -12,6 +13,43 @@ BEGIN
 END
 $$;
 
+-- Every timer's tenant is a row of queen_tenants (sql/migrations/0021_timer_tenant_check.sql: what the
+-- foreign key held, checked once per statement and per distinct tenant instead of once per row). Two
+-- triggers, one function: after an INSERT into queen_timers, each distinct tenant inserted must exist,
+-- and is key-share locked so it cannot be deleted until the inserting transaction ends (a delete that
+-- comes first leaves the lock no row to find: the insert fails); after a DELETE from queen_tenants, no
+-- deleted tenant may still have timers. Either way: foreign_key_violation, as the foreign key raised.
+-- (Each branch names its own trigger's transition table; PL/pgSQL plans a statement when it first runs.)
+CREATE OR REPLACE FUNCTION queen_timers_tenant_check() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    v_bad text;
+BEGIN
+    IF TG_TABLE_NAME = 'queen_timers' THEN
+        SELECT n.tenant INTO v_bad
+        FROM (SELECT DISTINCT x.tenant FROM queen_new_timers x) n
+        WHERE NOT EXISTS (SELECT 1 FROM queen_tenants t WHERE t.tenant = n.tenant FOR KEY SHARE OF t)
+        LIMIT 1;
+    ELSE
+        SELECT o.tenant INTO v_bad
+        FROM queen_old_tenants o
+        WHERE EXISTS (SELECT 1 FROM queen_timers t WHERE t.tenant = o.tenant)
+        LIMIT 1;
+    END IF;
+    IF v_bad IS NOT NULL THEN
+        RAISE EXCEPTION 'tenant % %', v_bad,
+            CASE WHEN TG_TABLE_NAME = 'queen_timers' THEN 'of new timers is not in queen_tenants' ELSE 'still has timers' END
+            USING ERRCODE = 'foreign_key_violation';
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE TRIGGER queen_timers_tenant_ins AFTER INSERT ON queen_timers
+    REFERENCING NEW TABLE AS queen_new_timers FOR EACH STATEMENT EXECUTE FUNCTION queen_timers_tenant_check();
+
+CREATE OR REPLACE TRIGGER queen_tenants_timers_del AFTER DELETE ON queen_tenants
+    REFERENCING OLD TABLE AS queen_old_tenants FOR EACH STATEMENT EXECUTE FUNCTION queen_timers_tenant_check();
+
 -- queen_timers_apply: schedule / reschedule / cancel a batch of timers in one statement.
 --
 -- Items are parallel arrays, index i = op i; every (queue, key) appears at most once (the caller
@@ -21,10 +59,27 @@ $$;
 --   cancel              -> 'cancelled' (row deleted; txn = the stored txn) | 'too_late' | 'absent'
 -- p_ready, per schedule op: the broker judged the payload ready for the log as stored
 -- (queen_timers.payload_ready, sql/migrations/0018_timer_payload_ready.sql); NULL counts as false.
+-- p_partitions, p_zstd, p_key_ids may each be one NULL instead of an array of NULLs (unnest pads a NULL
+-- array with NULLs): the default partition, not zstd, not sealed, for every op.
 -- p_check_switch: refuse the whole call with SQLSTATE QT001 when scheduling is switched off (the
 -- DELETE cancel route passes false: nothing but the boot flag refuses it).
 -- Notifies queen_timers with the smallest new delay in ms when some timer is due within p_near_ms,
--- so sleeping sweepers wake at commit.
+-- so sleeping sweepers wake at commit (p_near_ms < 0: no NOTIFY, and the delays are not even read).
+-- Two ways in, one outcome:
+--   * a batch of 'schedule' ops only (no cancel, no reschedule) is first tried as new keys: one plain
+--     INSERT, in key order, and every op answers 'scheduled'. That is what an ingest of fresh timers is,
+--     and it costs about what a bare unnest INSERT costs: no per-key probe and lock, no ON CONFLICT (its
+--     speculative insertion probes the primary key again and writes one more WAL record per row), no joins
+--     to build the answer. A key that exists (or that another transaction is inserting: the INSERT waits
+--     for its commit) makes the INSERT fail with unique_violation at the first such key in key order; the
+--     block's subtransaction undoes the rows written so far and the batch takes the general statement.
+--     Only that one batch pays twice, and the waste is bounded by the rows before the first existing key.
+--     (A probe by primary key first, to avoid that waste, cost 0.7-0.9 ms per 256 keys: an eighth of the
+--     call, on every batch.)
+--   * anything else: the general statement, which locks the existing rows in key order and decides per
+--     op (scheduled, rescheduled, too_late, cancelled, absent).
+-- Measured on PostgreSQL 15, one connection, 256 new keys per call: 7.1 -> 4.4 ms of database time per
+-- call (pg_stat_statements), WAL 531 -> 483 bytes per timer.
 -- Plans: unlike take and fire (below), apply runs on ONE generic plan per connection, built once: a
 -- single schedule spent ~0.6 ms of its ~1.5 ms re-planning this statement at every call (measured
 -- with pg_stat_statements, 1.51 -> 0.93 ms per call). A generic plan is built from the table as it was
@@ -57,6 +112,7 @@ AS $$
 DECLARE
     v_near bigint;
     v_bad  text;
+    v_new  boolean := false;  -- the batch went in as plain inserts of new keys
 BEGIN
     IF p_check_switch AND NOT queen_timers_scheduling_enabled() THEN
         RAISE EXCEPTION 'timer scheduling is switched off by an operator' USING ERRCODE = 'QT001';
@@ -66,92 +122,120 @@ BEGIN
     -- queues' flags to seal; a schedule that reaches an encrypting queue in clear is refused (QT002),
     -- so a flag switched on between that read and this statement cannot leave cleartext at rest.
     SELECT i.q INTO v_bad
-    FROM unnest(p_ops, p_queues, p_key_ids) AS i(op, q, k)
-    CROSS JOIN LATERAL (SELECT 1 FROM queen_queues qq  -- a probe by (tenant, name) per op
+    FROM (SELECT DISTINCT u.q FROM unnest(p_ops, p_queues, p_key_ids) AS u(op, q, k)
+          WHERE u.op <> 'cancel' AND u.k IS NULL) i
+    CROSS JOIN LATERAL (SELECT 1 FROM queen_queues qq  -- a probe by (tenant, name) per queue, not per op
                         WHERE qq.tenant = p_tenant AND qq.name = i.q AND qq.encryption_enabled LIMIT 1) e
-    WHERE i.op <> 'cancel' AND i.k IS NULL
     LIMIT 1;
     IF v_bad IS NOT NULL THEN
         RAISE EXCEPTION 'queue % encrypts at rest', v_bad USING ERRCODE = 'QT002', DETAIL = v_bad;
     END IF;
 
-    IF EXISTS (SELECT 1 FROM unnest(p_ops) o WHERE o <> 'cancel') THEN
+    IF cardinality(p_ops) > 0 AND NOT ('cancel' = ANY (p_ops)) THEN
+        INSERT INTO queen_tenants (tenant) VALUES (p_tenant) ON CONFLICT DO NOTHING;
+        -- Schedules only (no cancel, no reschedule: a client that says reschedule expects the row to
+        -- exist): first try them as new keys.
+        IF NOT ('reschedule' = ANY (p_ops)) THEN
+            BEGIN
+                INSERT INTO queen_timers (tenant, queue, timer_key, partition, txn, message_id, payload,
+                                          payload_zstd, key_id, producer_sub, deliver_at, due_at, payload_ready)
+                SELECT p_tenant, u.q, u.k, coalesce(u.p, 'Default'), u.t, u.id, u.pl, coalesce(u.z, false), u.kid,
+                       p_sub, now() + u.d * interval '1 millisecond', now() + u.d * interval '1 millisecond',
+                       coalesce(u.r, false)
+                FROM unnest(p_queues, p_keys, p_partitions, p_txns, p_ids, p_payloads, p_zstd, p_key_ids, p_delays,
+                            p_ready) AS u(q, k, p, t, id, pl, z, kid, d, r)
+                ORDER BY u.q, u.k;  -- key order, as the general statement locks: two batches wait, never deadlock
+                v_new := true;
+            EXCEPTION WHEN unique_violation THEN
+                v_new := false;  -- a key exists (or a concurrent schedule of it committed first)
+            END;
+        END IF;
+    ELSIF EXISTS (SELECT 1 FROM unnest(p_ops) o WHERE o <> 'cancel') THEN
         INSERT INTO queen_tenants (tenant) VALUES (p_tenant) ON CONFLICT DO NOTHING;
     END IF;
 
-    RETURN QUERY
-    WITH inp AS (
-        SELECT u.ord::integer AS i, u.op, u.q, u.k, coalesce(u.p, 'Default') AS p, u.t, u.id, u.pl,
-               coalesce(u.z, false) AS z, u.kid, u.d, coalesce(u.r, false) AS r
-        FROM unnest(p_ops, p_queues, p_keys, p_partitions, p_txns, p_ids, p_payloads, p_zstd, p_key_ids, p_delays,
-                    p_ready)
-             WITH ORDINALITY AS u(op, q, k, p, t, id, pl, z, kid, d, r, ord)
-    ),
-    -- Existing rows, locked in key order. One primary-key probe per op (a LATERAL subquery: the
-    -- planner cannot turn it into a scan of the tenant's or the queue's rows, whatever it believes
-    -- their number to be); the ctid lets the cancels delete exactly the rows locked here.
-    cur AS (
-        SELECT x.queue, x.timer_key, x.old_txn, x.claimed, x.tid
-        FROM (SELECT DISTINCT inp.q, inp.k FROM inp ORDER BY inp.q, inp.k) o
-        CROSS JOIN LATERAL (
-            SELECT t.queue, t.timer_key, t.txn AS old_txn,
-                   (t.claim_token IS NOT NULL AND t.claimed_until > now()) AS claimed, t.ctid AS tid
-            FROM queen_timers t
-            WHERE t.tenant = p_tenant AND t.queue = o.q AND t.timer_key = o.k
-            LIMIT 1  -- the key is the primary key; a LIMIT keeps the probe a probe (not flattened into a join)
-            FOR UPDATE OF t
-        ) x
-    ),
-    ups AS (
-        INSERT INTO queen_timers AS t (tenant, queue, timer_key, partition, txn, message_id, payload,
-                                       payload_zstd, key_id, producer_sub, deliver_at, due_at, payload_ready)
-        SELECT p_tenant, inp.q, inp.k, inp.p, inp.t, inp.id, inp.pl, inp.z, inp.kid, p_sub,
-               now() + inp.d * interval '1 millisecond', now() + inp.d * interval '1 millisecond', inp.r
-        FROM inp LEFT JOIN cur ON cur.queue = inp.q AND cur.timer_key = inp.k
-        WHERE inp.op <> 'cancel' AND NOT coalesce(cur.claimed, false)
-        ORDER BY inp.q, inp.k
-        ON CONFLICT (tenant, queue, timer_key) DO UPDATE
-           SET partition = excluded.partition, txn = excluded.txn, message_id = excluded.message_id,
-               payload = excluded.payload, payload_zstd = excluded.payload_zstd, key_id = excluded.key_id,
-               payload_ready = excluded.payload_ready, producer_sub = excluded.producer_sub,
-               deliver_at = excluded.deliver_at,
-               due_at = excluded.due_at, attempts = 0, failures = 0, last_error = NULL,
-               claim_token = NULL, claimed_until = NULL, claimed_by = NULL, updated_at = now()
-           WHERE NOT (t.claim_token IS NOT NULL AND t.claimed_until > now())
-        RETURNING t.queue, t.timer_key, t.deliver_at
-    ),
-    -- By ctid alone (a TID scan): the ctids are rows of this tenant that `cur` locked in this statement,
-    -- so they cannot have moved; a further qual on an indexed column would let the generic plan read
-    -- the tenant's rows through the primary key and filter them by ctid instead.
-    del AS (
-        DELETE FROM queen_timers t
-        WHERE t.ctid = ANY (ARRAY(
-            SELECT cur.tid FROM cur JOIN inp ON cur.queue = inp.q AND cur.timer_key = inp.k
-            WHERE inp.op = 'cancel' AND NOT cur.claimed))
-        RETURNING t.queue, t.timer_key, t.txn
-    )
-    SELECT inp.i,
-           CASE
-             WHEN inp.op = 'cancel' THEN
-               CASE WHEN del.queue IS NOT NULL THEN 'cancelled'
-                    WHEN cur.claimed THEN 'too_late'
-                    ELSE 'absent' END
-             WHEN ups.queue IS NULL THEN 'too_late'
-             WHEN cur.queue IS NULL THEN 'scheduled'
-             ELSE 'rescheduled'
-           END,
-           CASE WHEN inp.op = 'cancel' THEN coalesce(del.txn, inp.t) ELSE inp.t END,
-           CASE WHEN ups.queue IS NOT NULL THEN inp.id END,
-           ups.deliver_at
-    FROM inp
-    LEFT JOIN cur ON cur.queue = inp.q AND cur.timer_key = inp.k
-    LEFT JOIN ups ON ups.queue = inp.q AND ups.timer_key = inp.k
-    LEFT JOIN del ON del.queue = inp.q AND del.timer_key = inp.k
-    ORDER BY inp.i;
+    IF v_new THEN
+        RETURN QUERY
+        SELECT u.ord::integer, 'scheduled'::text, u.t, u.id, now() + u.d * interval '1 millisecond'
+        FROM unnest(p_txns, p_ids, p_delays) WITH ORDINALITY AS u(t, id, d, ord)
+        ORDER BY u.ord;
+    ELSE
+        RETURN QUERY
+        WITH inp AS (
+            SELECT u.ord::integer AS i, u.op, u.q, u.k, coalesce(u.p, 'Default') AS p, u.t, u.id, u.pl,
+                   coalesce(u.z, false) AS z, u.kid, u.d, coalesce(u.r, false) AS r
+            FROM unnest(p_ops, p_queues, p_keys, p_partitions, p_txns, p_ids, p_payloads, p_zstd, p_key_ids, p_delays,
+                        p_ready)
+                 WITH ORDINALITY AS u(op, q, k, p, t, id, pl, z, kid, d, r, ord)
+        ),
+        -- Existing rows, locked in key order. One primary-key probe per op (a LATERAL subquery: the
+        -- planner cannot turn it into a scan of the tenant's or the queue's rows, whatever it believes
+        -- their number to be); the ctid lets the cancels delete exactly the rows locked here.
+        cur AS (
+            SELECT x.queue, x.timer_key, x.old_txn, x.claimed, x.tid
+            FROM (SELECT DISTINCT inp.q, inp.k FROM inp ORDER BY inp.q, inp.k) o
+            CROSS JOIN LATERAL (
+                SELECT t.queue, t.timer_key, t.txn AS old_txn,
+                       (t.claim_token IS NOT NULL AND t.claimed_until > now()) AS claimed, t.ctid AS tid
+                FROM queen_timers t
+                WHERE t.tenant = p_tenant AND t.queue = o.q AND t.timer_key = o.k
+                LIMIT 1  -- the key is the primary key; a LIMIT keeps the probe a probe (not flattened into a join)
+                FOR UPDATE OF t
+            ) x
+        ),
+        ups AS (
+            INSERT INTO queen_timers AS t (tenant, queue, timer_key, partition, txn, message_id, payload,
+                                           payload_zstd, key_id, producer_sub, deliver_at, due_at, payload_ready)
+            SELECT p_tenant, inp.q, inp.k, inp.p, inp.t, inp.id, inp.pl, inp.z, inp.kid, p_sub,
+                   now() + inp.d * interval '1 millisecond', now() + inp.d * interval '1 millisecond', inp.r
+            FROM inp LEFT JOIN cur ON cur.queue = inp.q AND cur.timer_key = inp.k
+            WHERE inp.op <> 'cancel' AND NOT coalesce(cur.claimed, false)
+            ORDER BY inp.q, inp.k
+            ON CONFLICT (tenant, queue, timer_key) DO UPDATE
+               SET partition = excluded.partition, txn = excluded.txn, message_id = excluded.message_id,
+                   payload = excluded.payload, payload_zstd = excluded.payload_zstd, key_id = excluded.key_id,
+                   payload_ready = excluded.payload_ready, producer_sub = excluded.producer_sub,
+                   deliver_at = excluded.deliver_at,
+                   due_at = excluded.due_at, attempts = 0, failures = 0, last_error = NULL,
+                   claim_token = NULL, claimed_until = NULL, claimed_by = NULL, updated_at = now()
+               WHERE NOT (t.claim_token IS NOT NULL AND t.claimed_until > now())
+            RETURNING t.queue, t.timer_key, t.deliver_at
+        ),
+        -- By ctid alone (a TID scan): the ctids are rows of this tenant that `cur` locked in this statement,
+        -- so they cannot have moved; a further qual on an indexed column would let the generic plan read
+        -- the tenant's rows through the primary key and filter them by ctid instead.
+        del AS (
+            DELETE FROM queen_timers t
+            WHERE t.ctid = ANY (ARRAY(
+                SELECT cur.tid FROM cur JOIN inp ON cur.queue = inp.q AND cur.timer_key = inp.k
+                WHERE inp.op = 'cancel' AND NOT cur.claimed))
+            RETURNING t.queue, t.timer_key, t.txn
+        )
+        SELECT inp.i,
+               CASE
+                 WHEN inp.op = 'cancel' THEN
+                   CASE WHEN del.queue IS NOT NULL THEN 'cancelled'
+                        WHEN cur.claimed THEN 'too_late'
+                        ELSE 'absent' END
+                 WHEN ups.queue IS NULL THEN 'too_late'
+                 WHEN cur.queue IS NULL THEN 'scheduled'
+                 ELSE 'rescheduled'
+               END,
+               CASE WHEN inp.op = 'cancel' THEN coalesce(del.txn, inp.t) ELSE inp.t END,
+               CASE WHEN ups.queue IS NOT NULL THEN inp.id END,
+               ups.deliver_at
+        FROM inp
+        LEFT JOIN cur ON cur.queue = inp.q AND cur.timer_key = inp.k
+        LEFT JOIN ups ON ups.queue = inp.q AND ups.timer_key = inp.k
+        LEFT JOIN del ON del.queue = inp.q AND del.timer_key = inp.k
+        ORDER BY inp.i;
+    END IF;
 
-    SELECT min(d) INTO v_near FROM unnest(p_ops, p_delays) AS x(op, d) WHERE op <> 'cancel';
-    IF v_near IS NOT NULL AND v_near <= p_near_ms THEN
-        PERFORM pg_notify('queen_timers', greatest(v_near, 0)::text);
+    IF p_near_ms >= 0 THEN
+        SELECT min(d) INTO v_near FROM unnest(p_ops, p_delays) AS x(op, d) WHERE op <> 'cancel';
+        IF v_near IS NOT NULL AND v_near <= p_near_ms THEN
+            PERFORM pg_notify('queen_timers', greatest(v_near, 0)::text);
+        END IF;
     END IF;
 END
 $$;
