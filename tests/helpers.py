@@ -114,12 +114,14 @@ QUEUE_MODE = "__QUEUE_MODE__"
 
 
 async def sql_push(conn: asyncpg.Connection, tenant: str, queue: str, txns: Sequence[str], partition: str = "p",
-                   payload: bytes = b'{"x":1}') -> list[asyncpg.Record]:
-    """``queen_push`` of one message per txn into one partition; one row per item (status, seq, ...)."""
+                   payload: bytes = b'{"x":1}', deadlines_ms: Sequence[int | None] | None = None) -> list[asyncpg.Record]:
+    """``queen_push`` of one message per txn into one partition; one row per item (status, seq, ...).
+    ``deadlines_ms``: each message's deadline in milliseconds from now (None: no deadline)."""
     n = len(txns)
     return await conn.fetch("SELECT * FROM queen_push($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
                             tenant, [queue] * n, [partition] * n, [uuid.uuid4() for _ in range(n)], list(txns),
-                            [None] * n, [payload] * n, [0] * n, [None] * n, [None] * n, [None] * n)
+                            [None] * n, [payload] * n, [0] * n, [None] * n, [None] * n,
+                            list(deadlines_ms) if deadlines_ms is not None else [None] * n)
 
 
 async def sql_apply(conn: asyncpg.Connection, tenant: str, ops: Sequence[tuple[str, str, str]], *,

@@ -1,13 +1,16 @@
 """The log's per-call cost must not grow with the queue (sql/functions/log.sql): a pop of one named
 partition and a one-item ack touch that partition's rows, not every partition or cursor of the queue,
 whatever the planner knows (fresh tables, never analyzed, generic plans). And queen_ack's one-item
-fast path gives the same outcome as its general path around out-of-order acks and failures."""
+fast path gives the same outcome as its general path around out-of-order acks and failures, as queen_pop's
+set path does its per-message loop around dead letters, held messages and out-of-order acks."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import asyncpg
+import pytest
 from helpers import QUEUE_MODE as QM
 from helpers import sql_ack, sql_pop, sql_push
 
@@ -97,3 +100,116 @@ async def test_one_item_acks_out_of_order_and_after_a_failure_settle_as_a_batch_
         assert (await cursor(conn, pid))["acked_seq"] == 4
     finally:
         await conn.close()
+
+
+# queen_pop hands out a partition's clean prefix as one set and treats each message on its own only from
+# the first that needs it. Forcing either path (queen.pop_set_min) on the same log must give the same
+# answer and leave the same state behind.
+SET_PATH, LOOP_PATH = 0, 1_000_000
+HOUR_MS = 3_600_000
+
+
+async def mixed_log(conn):
+    """Queue 'mix' (retry limit 3, DLQ on, retryDelay and maxWaitTimeSeconds set, so the pop is gated):
+    partition 'a' holds 100 messages: 41 past its deadline, 55 waited out, 61 with its retries spent,
+    71 already acked out of order, 80 failed once, 90 waiting for its retry (it holds back the rest);
+    partition 'b' starts with 60 messages past their deadline, then 30 fine; partition 'c' has a held head."""
+    await push_mixed(conn, "a", 100, expired={41})
+    await push_mixed(conn, "b", 90, expired=set(range(1, 61)))
+    await push_mixed(conn, "c", 5, expired=set())
+    await conn.execute("UPDATE queen_queues SET retry_limit = 3, dlq_enabled = true, options = options || "
+                       "'{\"retryDelay\": 1000, \"maxWaitTimeSeconds\": 3600}' WHERE tenant = $1 AND name = 'mix'", T)
+    pids = {r["name"]: r["id"] for r in await conn.fetch(
+        "SELECT name, id FROM queen_partitions WHERE tenant = $1 AND queue = 'mix'", T)}
+    await conn.execute("UPDATE queen_messages SET created_at = now() - interval '2 hours' "
+                       "WHERE tenant = $1 AND partition_id = $2 AND seq = 55", T, pids["a"])
+    for part, seq, acked, failures, retry_in in (("a", 61, False, 5, None), ("a", 71, True, 0, None),
+                                                 ("a", 80, False, 1, None), ("a", 90, False, 1, 3600),
+                                                 ("c", 1, False, 1, 3600)):
+        await conn.execute("INSERT INTO queen_msg_state (tenant, partition_id, consumer_group, seq, acked, failures, "
+                           "retry_at) VALUES ($1, $2, $3, $4, $5, $6, now() + $7 * interval '1 second')",
+                           T, pids[part], QM, seq, acked, failures, retry_in)
+
+
+async def push_mixed(conn, partition, n, expired):
+    txns = [f"{partition}{i}" for i in range(1, n + 1)]
+    await sql_push(conn, T, "mix", txns, partition, payload=b'{"k":1}',
+                   deadlines_ms=[-1000 if i in expired else HOUR_MS for i in range(1, n + 1)])
+
+
+async def drain_mixed(conn, path, batch, auto_ack):
+    """Pop 'mix' partition by partition until nothing comes, acking what a leased pop delivered; every
+    answer row and, after each pop, the cursor, normalised (ids and instants differ between databases)."""
+    await conn.execute(f"SET queen.pop_set_min = {path}")
+    seen = []
+    for part in ("a", "b", "c"):
+        for _ in range(8):
+            rows = await conn.fetch("SELECT * FROM queen_pop($1, 'mix', $2, $3, $4, 1, $5, NULL, NULL)",
+                                    T, part, QM, batch, auto_ack)
+            seen.append([(r["kind"], r["partition"], r["seq"], r["txn"], r["attempt"], r["payload"],
+                          r["lease_id"] is not None, r["deadline_at"] is not None) for r in rows if r["kind"] != "idle"])
+            seen.append(tuple(await conn.fetchrow(
+                "SELECT c.acked_seq, c.lease_end_seq, c.lease_id IS NOT NULL FROM queen_cursors c "
+                "JOIN queen_partitions p ON p.tenant = c.tenant AND p.id = c.partition_id "
+                "WHERE c.tenant = $1 AND p.queue = 'mix' AND p.name = $2", T, part)))
+            msgs = [r for r in rows if r["kind"] == "msg"]
+            if not msgs:
+                break
+            if not auto_ack:
+                assert all(r["success"] for r in await sql_ack(conn, T, msgs))
+    state = [tuple(r) for r in await conn.fetch(
+        "SELECT p.name, s.seq, s.acked, s.failures FROM queen_msg_state s JOIN queen_partitions p "
+        "ON p.tenant = s.tenant AND p.id = s.partition_id WHERE s.tenant = $1 ORDER BY 1, 2", T)]
+    dlq = [tuple(r) for r in await conn.fetch(
+        "SELECT partition, txn, error, retry_count FROM queen_dlq WHERE tenant = $1 ORDER BY 1, 2", T)]
+    return seen, state, dlq
+
+
+@pytest.mark.parametrize("batch, auto_ack", [(1000, False), (50, False), (1000, True), (40, True)])
+async def test_pop_set_path_answers_exactly_as_the_per_message_loop(pg, batch, auto_ack):
+    results = []
+    for path in (SET_PATH, LOOP_PATH):
+        conn = await asyncpg.connect(pg.new_db())
+        try:
+            await mixed_log(conn)
+            results.append(await drain_mixed(conn, path, batch, auto_ack))
+        finally:
+            await conn.close()
+    assert results[0] == results[1]
+    seen, state, dlq = results[0]
+    rows = [r for answer in seen if isinstance(answer, list) for r in answer]
+    got = [(r[2], r[4]) for r in rows if r[0] == "msg" and r[1] == "a"]
+    # 'a': offsets 1..89 except the dead letters and the acked one, in order; 80 is its second attempt; the
+    # retry waiting at 90 holds back the rest
+    assert [s for s, _ in got] == [s for s in range(1, 90) if s not in (41, 55, 61, 71)]
+    assert dict(got)[80] == 2 and dict(got)[1] == 1
+    assert [(r[0], r[2]) for r in rows if r[0] != "msg" and r[1] == "a"] == [("expired", 41), ("expired", 55),
+                                                                           ("exhausted", 61)]
+    assert [r[2] for r in rows if r[0] == "msg" and r[1] == "b"] == list(range(61, 91))
+    assert not [r for r in rows if r[1] == "c"]
+    assert ("a", "a41", "deadline_exceeded", 0) in dlq and ("a", "a55", "max_wait_exceeded", 0) in dlq
+    assert ("a", "a61", "retries_exhausted", 5) in dlq and len(dlq) == 63
+    assert ("a", 90, False, 1) in state and ("c", 1, False, 1) in state
+
+
+async def test_an_auto_ack_pop_wakes_long_polls_only_while_its_partition_holds_more_on_both_paths(pg):
+    for path in (SET_PATH, LOOP_PATH):
+        dsn = pg.new_db()
+        conn, listener = await asyncpg.connect(dsn), await asyncpg.connect(dsn)
+        woken: list[str] = []
+        try:
+            await listener.add_listener("queen_push", lambda *a, w=woken: w.append(a[3]))
+            await sql_push(conn, T, "wk", [f"w{i}" for i in range(100)], "p")
+            await conn.execute("SELECT queen_listen($1, 'wk', 'worker-x', 60000)", T)
+            await conn.execute(f"SET queen.pop_set_min = {path}")
+            got = []
+            for batch, wakes in ((40, 1), (100, 0)):  # 60 left after the first pop; none after the second
+                before = len(woken)
+                got += await sql_pop(conn, T, "wk", partition="p", batch=batch, auto_ack=True)
+                for _ in range(20):  # a notification reaches the listener after the pop's commit
+                    await asyncio.sleep(0.05)
+                assert len(woken) - before == wakes, (path, batch)
+            assert [m["seq"] for m in got] == list(range(1, 101)) and woken[0] == f"{T}\twk"
+        finally:
+            await conn.close()
+            await listener.close()
