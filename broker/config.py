@@ -95,7 +95,7 @@ class Settings:
     # --- database
     database_url: str | None = None
     data_dir: Path = Path(".queen")
-    pool_min: int = 2
+    pool_min: int = 10
     pool_max: int = 10
     # --- HTTP
     max_body_bytes: int = 8 * 1024 * 1024
@@ -165,7 +165,9 @@ class Settings:
             drain_timeout_s=_int(env, "QUEEN_DRAIN_TIMEOUT_S", 10, 0, 3600),
             database_url=_str(env, "QUEEN_DATABASE_URL", None),
             data_dir=Path(_str(env, "QUEEN_DATA_DIR", ".queen") or ".queen"),
-            pool_min=_int(env, "QUEEN_POOL_MIN", 2, 1, 1000),
+            # Unset, the pool is opened whole at boot: a connection opened under load costs that
+            # request its connect and asyncpg's type introspection (tens of ms), see broker/store/pool.py.
+            pool_min=_int(env, "QUEEN_POOL_MIN", _int(env, "QUEEN_POOL_MAX", 10, 1, 1000), 1, 1000),
             pool_max=_int(env, "QUEEN_POOL_MAX", 10, 1, 1000),
             max_body_bytes=_int(env, "QUEEN_MAX_BODY_BYTES", 8 * 1024 * 1024, 1024),
             header_timeout_s=_int(env, "QUEEN_HEADER_TIMEOUT_S", 10, 0, 3600),

@@ -122,3 +122,10 @@ def test_readme_documents_every_setting_and_the_ci_command():
     ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
     blocks = re.findall(r"```sh\n(.*?)\n```", readme.split("## Configuration")[0], re.S)
     assert blocks == ["python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/queen serve", ci]
+
+
+def test_the_pool_opens_whole_unless_told_otherwise():
+    """QUEEN_POOL_MIN follows QUEEN_POOL_MAX when unset (every connection opened at boot, none under load)."""
+    assert (Settings.from_env({}).pool_min, Settings.from_env({}).pool_max) == (10, 10)
+    assert (Settings.from_env({"QUEEN_POOL_MAX": "4"}).pool_min, Settings.from_env({"QUEEN_POOL_MAX": "4"}).pool_max) == (4, 4)
+    assert Settings.from_env({"QUEEN_POOL_MIN": "2", "QUEEN_POOL_MAX": "6"}).pool_min == 2
