@@ -149,7 +149,7 @@ async def _boot(b: Broker) -> None:
 # almost all freed by reference counting; what a collection finds is the live objects of the requests in
 # flight, scanned again and again. Measured under the log bench's phases at the defaults: a full
 # collection about once a second per worker, 2-9 ms of CPU each that found nothing (collected 0), and
-# young collections over 2 ms many times a second during pops of 100 messages; every request of the
+# young collections (generation 1) over 2 ms more than once a second in pop phases; every request of the
 # worker waits behind each one: the light phase's tail. At these thresholds the same phases ran no full
 # collection and one young collection over 2 ms. A cycle still goes at the next young collection, i.e.
 # within some 50,000 allocations.

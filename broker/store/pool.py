@@ -19,17 +19,12 @@ def _dumps(v: object) -> str:
     return orjson.dumps(v).decode()
 
 
-# The array types the hot statements take (push: bytea[], smallint[], bigint[], uuid[]; timers: boolean[],
-# ...). asyncpg has no built-in codec for them: the first statement on a connection that uses one runs a
-# type-introspection query first (a recursive walk of pg_type, several ms), in the middle of a request.
-# Described once when the connection opens, in one statement, their codecs are cached for its life.
-WARM_ARRAY_TYPES = ("bytea", "int2", "int4", "int8", "uuid", "bool", "text", "timestamptz", "float8", "tid", "jsonb")
-
-
 async def init_connection(conn: asyncpg.Connection) -> None:
     await conn.set_type_codec("jsonb", encoder=_dumps, decoder=orjson.loads, schema="pg_catalog")
     await conn.set_type_codec("json", encoder=_dumps, decoder=orjson.loads, schema="pg_catalog")
-    await conn.prepare("SELECT " + ", ".join(f"${i}::{t}[]" for i, t in enumerate(WARM_ARRAY_TYPES, 1)))
+    # asyncpg introspects an array type the first time a statement uses it: done here, once (the query's
+    # comment in sql/queries/store.sql), not in the middle of a request.
+    await conn.prepare(Q.store_warm_types)
 
 
 async def _keep_session(conn: asyncpg.Connection) -> None:
