@@ -64,7 +64,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.db import new_migrated_db  # noqa: E402
-from bench.httpconn import HttpError, Pool, lean_gc  # noqa: E402
+from bench.httpconn import HttpError, Pool  # noqa: E402
+from broker.app import settle_heap  # noqa: E402
 from broker.codec import Codec  # noqa: E402
 from broker.localserver import LocalBroker  # noqa: E402
 from broker.sweeper import Sweeper, SweeperConfig  # noqa: E402
@@ -248,7 +249,7 @@ class Consumer:
 async def consumer_main(url: str, queue: str) -> None:
     """The consumer process: poll until told (on stdin) how many frames to expect, then until it has
     them or its timeout passes; print the receipts as JSON {txn: unix time}."""
-    lean_gc()
+    settle_heap()  # the generator's own collector out of its latencies, as in a broker worker
     receipts: dict[str, float] = {}
     loop = asyncio.get_running_loop()
     want: list[float] = []
@@ -770,7 +771,7 @@ async def main() -> None:
         await consumer_main(*args.consumer)
         return
     SEED_READY[0] = not args.seed_unready
-    lean_gc()
+    settle_heap()  # the generator's own collector out of its latencies, as in a broker worker
     if args.burst != 100_000 and args.bursts == "1k,20k,100k":
         args.bursts = f"1k,20k,{args.burst}"
     try:

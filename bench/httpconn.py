@@ -9,19 +9,7 @@ Content-Length (or chunks); it is what ``wrk`` is to the C++ Queen's figures.
 from __future__ import annotations
 
 import asyncio
-import gc
 from urllib.parse import urlsplit
-
-
-def lean_gc() -> None:
-    """The generator's own collector out of its latencies: what is built so far is frozen and the
-    thresholds raised as in a broker worker (broker.app.GC_THRESHOLDS). At the defaults a generator
-    holding thousands of answers ran full collections of several ms, which a request in flight counts."""
-    from broker.app import GC_THRESHOLDS
-
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def host_port(url: str) -> tuple[str, int]:

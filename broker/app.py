@@ -159,7 +159,8 @@ GC_THRESHOLDS = (50_000, 20, 100)
 def settle_heap() -> None:
     """At the end of a worker's boot: everything built so far (modules, routes, the pool) lives as long as
     the worker, so it is moved out of the collector's view (a full collection of a booted worker took
-    36-42 ms), and the thresholds become GC_THRESHOLDS."""
+    36-42 ms), and the thresholds become GC_THRESHOLDS. The benches' load generators call it too, so
+    their own collections are not counted as the broker's latency."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)

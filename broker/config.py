@@ -158,6 +158,7 @@ class Settings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
         cpu = os.cpu_count() or 1
+        pool_max = _int(env, "QUEEN_POOL_MAX", 10, 1, 1000)
         s = cls(
             host=_str(env, "QUEEN_HOST", "127.0.0.1") or "127.0.0.1",
             port=_int(env, "QUEEN_PORT", 6632, 0, 65535),
@@ -167,8 +168,8 @@ class Settings:
             data_dir=Path(_str(env, "QUEEN_DATA_DIR", ".queen") or ".queen"),
             # Unset, the pool is opened whole at boot: a connection opened under load costs that
             # request its connect and asyncpg's type introspection (tens of ms), see broker/store/pool.py.
-            pool_min=_int(env, "QUEEN_POOL_MIN", _int(env, "QUEEN_POOL_MAX", 10, 1, 1000), 1, 1000),
-            pool_max=_int(env, "QUEEN_POOL_MAX", 10, 1, 1000),
+            pool_min=_int(env, "QUEEN_POOL_MIN", pool_max, 1, 1000),
+            pool_max=pool_max,
             max_body_bytes=_int(env, "QUEEN_MAX_BODY_BYTES", 8 * 1024 * 1024, 1024),
             header_timeout_s=_int(env, "QUEEN_HEADER_TIMEOUT_S", 10, 0, 3600),
             body_timeout_s=_int(env, "QUEEN_BODY_TIMEOUT_S", 60, 0, 3600),

@@ -32,7 +32,7 @@ from broker.metrics import TIMERS_OPS
 from broker.payloads import seal
 from broker.store.pool import Conn
 from broker.store.queries import Q
-from broker.timers.ops import CANCEL, CODE, TimerOp, bad
+from broker.timers.ops import CODE, TimerOp, bad
 from broker.timers.status import iso_us, result, status_of
 
 if TYPE_CHECKING:
@@ -278,7 +278,7 @@ def _arrays(
     parts, ids, payloads, zstd, key_ids, delays, ready = columns
     minted = iter(uuid7_text(schedule_count(ops)))  # minted in op order, as one uuid7() per op would be
     for op in ops:
-        if op.op != CANCEL:
+        if op.is_schedule:
             parts.append(op.partition)
             ids.append(next(minted))
             delays.append(op.delay_ms)
