@@ -519,6 +519,11 @@ SET enable_seqscan = off
 SET enable_bitmapscan = off
 SET enable_hashjoin = off
 SET enable_mergejoin = off
+-- And no sort where an index gives the order: once VACUUM had set the row count and the visibility map
+-- (still no ANALYZE), the generic plan served "a tenant's earliest due rows" by an index-only scan of
+-- (tenant, queue, partition, due_at) plus a sort, reading every entry of a tenant with a million
+-- far-future timers each cycle (874 index blocks instead of ~20; tests/test_timers_volume.py).
+SET enable_sort = off
 AS $$
 #variable_conflict use_column
 DECLARE
