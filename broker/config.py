@@ -142,6 +142,8 @@ class Settings:
     kv_prune_batch: int = 1_000
     # --- ephemeral queues
     ephemeral_expiry_interval_ms: int = 5_000
+    timers_vacuum_dead_rows: int = 5_000
+    timers_vacuum_interval_ms: int = 2_000
     ephemeral_idle_s: int = 3_600
     # --- message log
     pop_default_batch: int = 200
@@ -206,6 +208,8 @@ class Settings:
             kv_prune_interval_ms=_int(env, "QUEEN_KV_PRUNE_INTERVAL_MS", 5_000, 10),
             kv_prune_batch=_int(env, "QUEEN_KV_PRUNE_BATCH", 1_000, 1),
             ephemeral_expiry_interval_ms=_int(env, "QUEEN_EPHEMERAL_EXPIRY_INTERVAL_MS", 5_000, 10),
+            timers_vacuum_dead_rows=_int(env, "QUEEN_TIMERS_VACUUM_DEAD_ROWS", 5_000, 0, 100_000_000),
+            timers_vacuum_interval_ms=_int(env, "QUEEN_TIMERS_VACUUM_INTERVAL_MS", 2_000, 100),
             ephemeral_idle_s=_int(env, "QUEEN_EPHEMERAL_IDLE_S", 3_600, 1),
             pop_default_batch=_int(env, "QUEEN_POP_DEFAULT_BATCH", 200, 1, 10_000),
             lease_extend_s=_int(env, "QUEEN_LEASE_EXTEND_S", 60, 1),

@@ -44,6 +44,7 @@ TIMERS_FIRE_FAILED = Counter("queen_timers_fire_failures_total", "Failed timer f
 TIMERS_DLQ = Counter("queen_timers_dlq_total", "Timers moved to their queue's DLQ after the attempt budget")
 TIMERS_PENDING = Gauge("queen_timers_pending", "Pending timers (rows not yet fired), from the per-tenant counters", multiprocess_mode="max")
 SWEEPER_FIRED = Gauge("queen_sweeper_fired", "Timers fired by this worker's sweeper since it started (one series per pid)", multiprocess_mode="liveall")
+TIMERS_VACUUMS = Counter("queen_timers_vacuums_total", "VACUUMs of queen_timers run by this broker's timers-vacuum loop")
 TIMERS_OPS = Counter("queen_timers_ops_total", "Timer operations by status", ["status"])
 SWEEP_CYCLE = Histogram("queen_sweeper_cycle_seconds", "Duration of one sweep cycle (claim + pack + commit)", buckets=LATENCY_BUCKETS)
 SWEEP_SLEEP = Histogram("queen_sweeper_sleep_seconds", "Planned sleep between sweep cycles", buckets=LAG_BUCKETS)

@@ -8,7 +8,7 @@ Lifecycle (River's maintenance-service shape, driven by ``broker.app``):
 - ``start(broker)``: once boot has finished (migrations applied, pool open), subscribe the services to
   their NOTIFY channels and start the supervised loops (``broker.loops``), in this order:
   ``listen`` (the LISTEN connection), ``limits-refresh``, ``kv-pruner``, ``log-retention``,
-  ``ephemeral-expiry``, ``sweeper``
+  ``ephemeral-expiry``, ``timers-vacuum`` (unless ``QUEEN_TIMERS_VACUUM_DEAD_ROWS=0``), ``sweeper``
   (unless ``QUEEN_SWEEPER_ENABLED=0``). ``/health`` lists them under ``loops``.
 - ``shutdown(broker)``: aiohttp's on_shutdown, before it waits for in-flight requests: the worker is
   draining and the long polls (the log's and the ephemeral queues') answer now.
@@ -32,6 +32,7 @@ from broker.kv import pruner
 from broker.kv.rider import RIDER as KV_RIDER
 from broker.limits import LimitsCache
 from broker.log import retention
+from broker.timers import vacuum as timers_vacuum
 from broker.log.service import LogService
 from broker.log.waiters import CHANNEL as LOG_CHANNEL
 from broker.sweeper import CHANNEL as TIMERS_CHANNEL
@@ -89,6 +90,8 @@ async def start(b: Broker) -> None:
     notifier.on_reconnect(svc.ephemeral.waiters.wake_all)
     b.loops.start("log-retention", lambda: retention.run(b.require_pool, b.settings))
     b.loops.start("ephemeral-expiry", lambda: expiry_loop(b.require_pool, b.settings))
+    if b.settings.timers_vacuum_dead_rows:
+        b.loops.start("timers-vacuum", lambda: timers_vacuum.run(b.require_pool, b.settings))
 
     if svc.sweeper is not None:
         notifier.subscribe(TIMERS_CHANNEL, svc.sweeper.notify)

@@ -164,3 +164,22 @@ LIMIT $2;
 -- The tenant's pending timers as the triggers of 0032 count them (exact, never a count of the table).
 SELECT coalesce(sum(timers_pending), 0)::bigint AS pending, now() AS now
 FROM queen_usage_gauges WHERE tenant = $1;
+
+-- name: timers_vacuum_lock
+-- One vacuum of queen_timers at a time across every worker and broker (a session lock of the
+-- timers-vacuum loop's connection, released right after its VACUUM).
+SELECT pg_try_advisory_lock(1364478286, 1) AS locked;
+
+-- name: timers_vacuum_unlock
+SELECT pg_advisory_unlock(1364478286, 1);
+
+-- name: timers_dead_rows
+-- Dead rows of queen_timers (fired, cancelled, rescheduled) as the statistics system counts them: a
+-- backend reports its deletes within about a second of its commit.
+SELECT coalesce((SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'queen_timers'::regclass), 0)::bigint;
+
+-- name: timers_vacuum
+-- Outside any transaction. INDEX_CLEANUP ON: the dead entries at the front of the due indexes are the
+-- point (see sql/migrations/0022_timers_vacuum.sql); SKIP_LOCKED: when autovacuum is on the table
+-- already, this one steps aside instead of waiting.
+VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON) queen_timers;
