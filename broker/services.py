@@ -32,11 +32,11 @@ from broker.kv import pruner
 from broker.kv.rider import RIDER as KV_RIDER
 from broker.limits import LimitsCache
 from broker.log import retention
-from broker.timers import vacuum as timers_vacuum
 from broker.log.service import LogService
 from broker.log.waiters import CHANNEL as LOG_CHANNEL
 from broker.sweeper import CHANNEL as TIMERS_CHANNEL
 from broker.sweeper import Sweeper, SweeperConfig
+from broker.timers import vacuum as timers_vacuum
 from broker.timers.rider import RIDER as TIMERS_RIDER
 
 if TYPE_CHECKING:
