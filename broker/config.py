@@ -128,6 +128,8 @@ class Settings:
     sweeper_max_attempts: int = 5
     sweeper_backoff_base_ms: int = 500
     sweeper_backoff_cap_ms: int = 300_000
+    timers_vacuum_dead_rows: int = 5_000
+    timers_vacuum_interval_ms: int = 2_000
     # --- cell-wide limits (a tenant's plan can only narrow these)
     max_payload_bytes: int = 1024 * 1024
     timers_row_quota: int = 1_000_000
@@ -142,8 +144,6 @@ class Settings:
     kv_prune_batch: int = 1_000
     # --- ephemeral queues
     ephemeral_expiry_interval_ms: int = 5_000
-    timers_vacuum_dead_rows: int = 5_000
-    timers_vacuum_interval_ms: int = 2_000
     ephemeral_idle_s: int = 3_600
     # --- message log
     pop_default_batch: int = 200
@@ -197,6 +197,8 @@ class Settings:
             sweeper_max_attempts=_int(env, "QUEEN_SWEEPER_MAX_ATTEMPTS", 5, 1, 1000),
             sweeper_backoff_base_ms=_int(env, "QUEEN_SWEEPER_BACKOFF_BASE_MS", 500, 1),
             sweeper_backoff_cap_ms=_int(env, "QUEEN_SWEEPER_BACKOFF_CAP_MS", 300_000, 1),
+            timers_vacuum_dead_rows=_int(env, "QUEEN_TIMERS_VACUUM_DEAD_ROWS", 5_000, 0, 100_000_000),
+            timers_vacuum_interval_ms=_int(env, "QUEEN_TIMERS_VACUUM_INTERVAL_MS", 2_000, 100),
             max_payload_bytes=_int(env, "QUEEN_MAX_PAYLOAD_BYTES", 1024 * 1024, 1),
             timers_row_quota=_int(env, "QUEEN_TIMERS_ROW_QUOTA", 1_000_000, 0),
             rate_limit_per_s=_int(env, "QUEEN_RATE_LIMIT_PER_S", 0, 0),
@@ -208,8 +210,6 @@ class Settings:
             kv_prune_interval_ms=_int(env, "QUEEN_KV_PRUNE_INTERVAL_MS", 5_000, 10),
             kv_prune_batch=_int(env, "QUEEN_KV_PRUNE_BATCH", 1_000, 1),
             ephemeral_expiry_interval_ms=_int(env, "QUEEN_EPHEMERAL_EXPIRY_INTERVAL_MS", 5_000, 10),
-            timers_vacuum_dead_rows=_int(env, "QUEEN_TIMERS_VACUUM_DEAD_ROWS", 5_000, 0, 100_000_000),
-            timers_vacuum_interval_ms=_int(env, "QUEEN_TIMERS_VACUUM_INTERVAL_MS", 2_000, 100),
             ephemeral_idle_s=_int(env, "QUEEN_EPHEMERAL_IDLE_S", 3_600, 1),
             pop_default_batch=_int(env, "QUEEN_POP_DEFAULT_BATCH", 200, 1, 10_000),
             lease_extend_s=_int(env, "QUEEN_LEASE_EXTEND_S", 60, 1),

@@ -33,7 +33,8 @@ async def vacuum_once(pool: asyncpg.Pool, dead_rows: int) -> bool:
     """Vacuum queen_timers if it has at least ``dead_rows`` dead rows and no other worker is vacuuming
     it; True when this call ran the VACUUM."""
     async with pool.acquire() as conn:
-        if await conn.fetchval(Q.timers_dead_rows) < dead_rows:
+        dead = await conn.fetchval(Q.timers_dead_rows)
+        if dead < dead_rows:
             return False
         if not await conn.fetchval(Q.timers_vacuum_lock):
             return False
@@ -42,6 +43,7 @@ async def vacuum_once(pool: asyncpg.Pool, dead_rows: int) -> bool:
         finally:
             await conn.fetchval(Q.timers_vacuum_unlock)
     TIMERS_VACUUMS.inc()
+    log.debug("vacuumed queen_timers at %d dead rows", dead)
     return True
 
 
