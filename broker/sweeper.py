@@ -360,8 +360,16 @@ class Sweeper:
             return res
 
     async def _cycle(self, conn: asyncpg.Connection) -> CycleResult:
-        cfg = self.config
+        """One fire transaction; its rows are counted (metrics, ``res``) after its commit, not before it:
+        per fired row that is a histogram observation, and ~2 ms of a 1,000-row cycle spent while the
+        transaction, its partition locks and the consumers' wake-up (the NOTIFY at commit) waited."""
         res = CycleResult(began_at=asyncio.get_running_loop().time())
+        out = await self._fire_cycle(conn, res)
+        self._account(res, out)
+        return res
+
+    async def _fire_cycle(self, conn: asyncpg.Connection, res: CycleResult) -> list[Any]:
+        cfg = self.config
         async with conn.transaction():
             rows = await conn.fetch(Q.timers_sweep, cfg.batch, self.cursor, cfg.faults, cfg.tenant_slice,
                                     cfg.max_attempts, cfg.backoff_base_ms, cfg.backoff_cap_ms)
@@ -379,14 +387,12 @@ class Sweeper:
                 else:
                     fired.append(r)
             if not taken:
-                self._account(res, fired)  # every row was ready: fired by the database (or nothing taken)
-                return res
+                return fired  # every row was ready: fired by the database (or nothing taken)
             packed = self.pack(taken)
             stall_ms = max((r["stall_ms"] or 0 for r in taken if r["fault"] == "stall"), default=0)
             if not stall_ms:
                 # The common case: fire in the transaction that took the rows, then commit.
-                self._account(res, await self._settle(conn, None, packed))
-                return res
+                return await self._settle(conn, None, packed)
             # Rows to hold while nothing happens (an injected stall): lease them and commit, so no
             # transaction stays open across the wait; the fire then goes by token.
             token = uuid.uuid4()
@@ -395,9 +401,9 @@ class Sweeper:
                              [r["queue"] for r in taken], [r["timer_key"] for r in taken],
                              [r["message_id"] for r in taken])
         await self._stall(stall_ms)
-        self._account(res, await self._settle(conn, token, packed))
+        out = await self._settle(conn, token, packed)
         self.held.discard(token)
-        return res
+        return out
 
     async def _settle(self, conn: asyncpg.Connection, token: uuid.UUID | None, packed: _Packed) -> list[Any]:
         """Fire ``packed``; a failed fire falls back to one row at a time (permanent) or backoff for all."""
