@@ -85,6 +85,36 @@ async def test_fire_pushes_with_the_timers_identity_and_deletes_the_row(db, read
     await sw.stop()
 
 
+async def test_a_fire_whose_commit_fails_counts_nothing_and_fires_later(db):
+    """The fired rows are counted after the commit: a commit that fails (a deferred check that raises at
+    COMMIT) leaves the timer due, the log empty and the fired counters where they were."""
+    from prometheus_client import REGISTRY
+
+    dsn, conn = db
+    await schedule(conn, "t1", "q", ["k"], txns=["tx-1"], ready=True)
+    await conn.execute("""
+        CREATE FUNCTION test_refuse_commit() RETURNS trigger LANGUAGE plpgsql AS
+        $$ BEGIN RAISE EXCEPTION 'refused at commit'; END $$;
+        CREATE CONSTRAINT TRIGGER test_refuse_commit AFTER INSERT ON queen_messages
+        DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION test_refuse_commit();
+    """)
+    before = REGISTRY.get_sample_value("queen_timers_fired_total") or 0.0
+    sw = sweeper(dsn)
+    with pytest.raises(asyncpg.RaiseError, match="refused at commit"):
+        await sw.run_once()
+    assert sw.fired == 0
+    assert (REGISTRY.get_sample_value("queen_timers_fired_total") or 0.0) == before
+    assert await log_rows(conn) == []
+    assert await conn.fetchval("SELECT count(*) FROM queen_timers") == 1
+
+    await conn.execute("DROP TRIGGER test_refuse_commit ON queen_messages")
+    out = await sw.run_once()
+    assert (out.claimed, out.fired, sw.fired) == (1, 1, 1)
+    assert REGISTRY.get_sample_value("queen_timers_fired_total") == before + 1
+    assert [m["txn"] for m in await log_rows(conn)] == ["tx-1"]
+    await sw.stop()
+
+
 async def test_nothing_due_reports_when_the_next_is(db):
     dsn, conn = db
     await schedule(conn, "t1", "q", ["later"], delays=[3_000])
