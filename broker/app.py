@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from aiohttp import web
 from aiohttp.web_urldispatcher import UrlDispatcher, UrlMappingMatchInfo
 
-from broker import errors, services
+from broker import errors, limits, services
 from broker.config import Settings
 from broker.context import BROKER, PRINCIPAL_KEY, Broker
 from broker.http import ROUTE_MODULES
@@ -116,6 +116,8 @@ async def boot_auth_middleware(request: web.Request, handler: Callable[[web.Requ
         if b.draining:
             raise errors.Unavailable("draining", "this worker is shutting down; retry", code="unavailable")
         request[PRINCIPAL_KEY] = b.verifier.principal(request.headers.get("Authorization"))
+        with limits.admission_scope():  # the request's admissions are in flight until it ends
+            return await handler(request)
     return await handler(request)
 
 

@@ -40,6 +40,12 @@ STALENESS BOUND: a change committed to the database (an operator switch, a plan,
 worker of any broker) is honoured by every worker's next decision at most ``QUEEN_LIMITS_REFRESH_MS``
 (default 1 s) plus one query later. Quotas are therefore soft by at most what the other workers admit
 within one refresh interval (each worker adds what it admitted itself to its cached usage at once).
+What a worker admitted itself survives a re-read that cannot see it yet: the ops it admits while the read
+runs, and the ops of requests still running when the read starts (their writes may commit after the read's
+snapshot), are carried over onto the fresh usage. A request's admissions settle when its HTTP request ends
+(``admission_scope``, entered by the app's middleware around every authenticated request); an op that was
+in flight at a read and committed just before its snapshot is counted twice until the next read, so the
+error is toward strict, by at most the requests in flight at a read, for at most one interval.
 The rate limit and the cluster/tenant switches changed through the admin routes are not subject to the
 bound in practice (the bucket is in the database; the switches are pushed by NOTIFY).
 
@@ -55,7 +61,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING
 
@@ -145,8 +153,10 @@ class TenantState:
     storage_bytes: int = 0
     timers_pending: int = 0
     fetched: float = float("-inf")  # monotonic time of the read this state comes from
-    local_messages: int = 0  # admitted by this worker since that read
+    local_messages: int = 0  # admitted by this worker that the read may not have seen
     local_timers: int = 0
+    inflight_messages: int = 0  # admitted by requests of this worker that have not ended yet
+    inflight_timers: int = 0
     last_used: float = field(default_factory=time.monotonic)
 
 
@@ -181,6 +191,9 @@ class LimitsCache:
         return st
 
     async def refresh(self, pool: Executor, tenants: list[str]) -> None:
+        """Re-read these tenants (callers hold ``self._lock``, so two reads never interleave)."""
+        marks = {t: (st.local_messages, st.local_timers, st.inflight_messages, st.inflight_timers)
+                 for t in tenants if (st := self.tenants.get(t)) is not None}
         started = time.monotonic()
         rows = await pool.fetch(Q.limits_state, tenants, self.settings.period_seconds)
         for r in rows:
@@ -193,7 +206,7 @@ class LimitsCache:
                 continue
             stored = {name: r[name] for name in PLAN_FIELDS}
             prev = self.tenants.get(tenant)
-            self.tenants[tenant] = TenantState(
+            st = TenantState(
                 plan=effective(self.cell, stored),
                 timers_paused=bool(r["timers_paused"]),
                 messages=int(r["messages"]),
@@ -202,12 +215,36 @@ class LimitsCache:
                 fetched=started,
                 last_used=prev.last_used if prev else started,
             )
+            if prev is not None:
+                # carried over: admitted while the read ran, plus in flight when it started (module docstring)
+                lm, lt, im, it = marks.get(tenant, (prev.local_messages, prev.local_timers, 0, 0))
+                st.local_messages = max(0, prev.local_messages - lm) + im
+                st.local_timers = max(0, prev.local_timers - lt) + it
+                st.inflight_messages, st.inflight_timers = prev.inflight_messages, prev.inflight_timers
+            self.tenants[tenant] = st
 
     async def refresh_all(self, pool: Executor) -> None:
         now = time.monotonic()
-        for t in [t for t, st in self.tenants.items() if now - st.last_used > EVICT_AFTER_S]:
-            del self.tenants[t]
-        await self.refresh(pool, list(self.tenants))
+        async with self._lock:
+            for t in [t for t, st in self.tenants.items() if now - st.last_used > EVICT_AFTER_S]:
+                del self.tenants[t]
+            await self.refresh(pool, list(self.tenants))
+
+    def count(self, tenant: str, st: TenantState, messages: int, timers: int) -> None:
+        """Add what ``admit`` just let through to this worker's view, in flight until its request ends."""
+        st.local_messages += messages
+        st.local_timers += timers
+        opened = _OPEN.get()
+        if opened is not None and (messages or timers):
+            st.inflight_messages += messages
+            st.inflight_timers += timers
+            opened.append((self, tenant, messages, timers))
+
+    def settle(self, tenant: str, messages: int, timers: int) -> None:
+        st = self.tenants.get(tenant)
+        if st is not None:
+            st.inflight_messages = max(0, st.inflight_messages - messages)
+            st.inflight_timers = max(0, st.inflight_timers - timers)
 
     def invalidate(self, tenant: str) -> None:
         """Forget what we know (NOTIFY from an admin change): the next decision re-reads first."""
@@ -307,10 +344,25 @@ async def admit(broker: Broker, principal: Principal, surface: str, ops: int) ->
                                 code="rate_limited", retry_after_s=wait_ms / 1000.0),
                 surface,
             )
-    if surface != "kv_write":
-        st.local_messages += ops
-    if surface == "timers":
-        st.local_timers += ops
+    cache.count(tenant, st, ops if surface != "kv_write" else 0, ops if surface == "timers" else 0)
+
+
+# The admissions of the current request, settled when it ends (see the module docstring).
+_OPEN: ContextVar[list[tuple[LimitsCache, str, int, int]] | None] = ContextVar("queen_limits_open", default=None)
+
+
+@contextmanager
+def admission_scope() -> Iterator[None]:
+    """One request: what ``admit`` lets through inside is in flight until the scope ends (its writes have
+    committed or failed by then)."""
+    opened: list[tuple[LimitsCache, str, int, int]] = []
+    token = _OPEN.set(opened)
+    try:
+        yield
+    finally:
+        _OPEN.reset(token)
+        for cache, tenant, messages, timers in opened:
+            cache.settle(tenant, messages, timers)
 
 
 # --- operator state (the admin routes call these; every change is NOTIFYed to every worker)

@@ -330,3 +330,58 @@ def test_kv_kill_switch(lb, admin):
             admin.post("/api/v1/admin/kv", json={"enabled": True})
             settle()
         assert c.kv(kv_put("lim", "k3", "v")).status_code == 200
+
+
+class _Read:
+    """A stand-in pool for ``LimitsCache.refresh``: the limits read returns ``messages`` used for tenant
+    "t" once ``go`` is set (set from the start unless ``held``), as a read in flight would."""
+
+    def __init__(self, messages: int, held: bool = False) -> None:
+        from broker import limits
+
+        self.go = asyncio.Event()
+        if not held:
+            self.go.set()
+        self.row = {"suspended": False, "kv_enabled": True, "period_left_s": 60.0, "tenant": "t",
+                    "timers_paused": False, "messages": messages, "storage_bytes": 0, "timers_pending": messages,
+                    **{name: None for name in limits.PLAN_FIELDS}}
+
+    async def fetch(self, *args):
+        await self.go.wait()
+        return [self.row]
+
+
+def test_what_a_worker_admitted_survives_a_read_that_cannot_see_it_yet():
+    """The race behind a quota that let one push too many through: a re-read whose snapshot predates a
+    write this worker admitted must not forget it, and a write it already sees is not counted twice."""
+    from broker import limits
+    from broker.config import Settings
+
+    def used(cache):
+        st = cache.tenants["t"]
+        return st.messages + st.local_messages, st.timers_pending + st.local_timers
+
+    async def main():
+        cache = limits.LimitsCache(Settings())
+        await cache.refresh(_Read(1), ["t"])
+        with limits.admission_scope():  # a request that ended: its write committed before the next read
+            cache.count("t", cache.tenants["t"], 1, 1)
+        await cache.refresh(_Read(2), ["t"])
+        assert used(cache) == (2, 2)
+        with limits.admission_scope():
+            cache.count("t", cache.tenants["t"], 2, 2)  # admitted; the write has not committed yet
+            read = _Read(2, held=True)  # a read whose snapshot does not hold it
+            task = asyncio.create_task(cache.refresh(read, ["t"]))
+            await asyncio.sleep(0)
+            cache.count("t", cache.tenants["t"], 3, 0)  # admitted while the read runs
+            read.go.set()
+            await task
+            assert used(cache) == (2 + 2 + 3, 2 + 2)
+        # the request ended, both writes committed: the next read holds them and nothing is counted twice
+        await cache.refresh(_Read(7), ["t"])
+        assert used(cache) == (7, 7)
+        # admissions outside any request scope count until the next read, as before
+        cache.count("t", cache.tenants["t"], 1, 0)
+        assert used(cache) == (8, 7)
+
+    asyncio.run(main())
