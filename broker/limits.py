@@ -231,7 +231,9 @@ class LimitsCache:
             await self.refresh(pool, list(self.tenants))
 
     def count(self, tenant: str, st: TenantState, messages: int, timers: int) -> None:
-        """Add what ``admit`` just let through to this worker's view, in flight until its request ends."""
+        """Add what ``admit`` just let through to this worker's view, in flight until its request ends
+        (to the tenant's current entry: a read may have replaced ``st`` while ``admit`` awaited the rate)."""
+        st = self.tenants.get(tenant, st)
         st.local_messages += messages
         st.local_timers += timers
         opened = _OPEN.get()

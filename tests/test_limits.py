@@ -383,5 +383,10 @@ def test_what_a_worker_admitted_survives_a_read_that_cannot_see_it_yet():
         # admissions outside any request scope count until the next read, as before
         cache.count("t", cache.tenants["t"], 1, 0)
         assert used(cache) == (8, 7)
+        # admit held an entry that a read replaced while it awaited the rate: it counts on the current one
+        held = cache.tenants["t"]
+        await cache.refresh(_Read(8), ["t"])
+        cache.count("t", held, 1, 0)
+        assert used(cache) == (9, 8)
 
     asyncio.run(main())
