@@ -43,9 +43,11 @@ within one refresh interval (each worker adds what it admitted itself to its cac
 What a worker admitted itself survives a re-read that cannot see it yet: the ops it admits while the read
 runs, and the ops of requests still running when the read starts (their writes may commit after the read's
 snapshot), are carried over onto the fresh usage. A request's admissions settle when its HTTP request ends
-(``admission_scope``, entered by the app's middleware around every authenticated request); an op that was
-in flight at a read and committed just before its snapshot is counted twice until the next read, so the
-error is toward strict, by at most the requests in flight at a read, for at most one interval.
+(``admission_scope``, entered by the app's middleware around every authenticated request). An op that was
+in flight at a read may have committed before its snapshot, and then the carried view counts it twice;
+so a quota decision that refuses on that view while such ops exist re-reads the tenant at once and
+judges again without them (those still in flight at the new read): a refusal is never the effect of
+the double count, and the error stays toward soft, by at most this worker's requests in flight at a read.
 The rate limit and the cluster/tenant switches changed through the admin routes are not subject to the
 bound in practice (the bucket is in the database; the switches are pushed by NOTIFY).
 
@@ -157,6 +159,8 @@ class TenantState:
     local_timers: int = 0
     inflight_messages: int = 0  # admitted by requests of this worker that have not ended yet
     inflight_timers: int = 0
+    unsure_messages: int = 0  # the part of local_* that was in flight when the read started (may be in it)
+    unsure_timers: int = 0
     last_used: float = field(default_factory=time.monotonic)
 
 
@@ -220,6 +224,7 @@ class LimitsCache:
                 lm, lt, im, it = marks.get(tenant, (prev.local_messages, prev.local_timers, 0, 0))
                 st.local_messages = max(0, prev.local_messages - lm) + im
                 st.local_timers = max(0, prev.local_timers - lt) + it
+                st.unsure_messages, st.unsure_timers = im, it
                 st.inflight_messages, st.inflight_timers = prev.inflight_messages, prev.inflight_timers
             self.tenants[tenant] = st
 
@@ -229,6 +234,11 @@ class LimitsCache:
             for t in [t for t, st in self.tenants.items() if now - st.last_used > EVICT_AFTER_S]:
                 del self.tenants[t]
             await self.refresh(pool, list(self.tenants))
+
+    async def reread(self, pool: Executor, tenant: str) -> TenantState:
+        async with self._lock:
+            await self.refresh(pool, [tenant])
+        return self.tenants[tenant]
 
     def count(self, tenant: str, st: TenantState, messages: int, timers: int) -> None:
         """Add what ``admit`` just let through to this worker's view, in flight until its request ends
@@ -287,6 +297,28 @@ def _refuse(err: ApiError, surface: str) -> ApiError:
     return err
 
 
+def _over_quota(cache: LimitsCache, tenant: str, st: TenantState, surface: str, ops: int, *,
+                sure_only: bool) -> ApiError | None:
+    """Rungs 4 and 5 on the cached usage; ``sure_only`` leaves out what was in flight at the read."""
+    plan = st.plan
+    if surface == "timers" and plan.timers_row_quota:
+        pending = st.timers_pending + st.local_timers - (st.unsure_timers if sure_only else 0)
+        if pending >= plan.timers_row_quota or pending + ops > plan.timers_row_quota:
+            return Forbidden("timers_quota_exceeded",
+                             f"tenant {tenant!r} has {pending} pending timers; {ops} more would pass the quota of "
+                             f"{plan.timers_row_quota}", code="timers_quota_exceeded")
+    quota = plan.period_quota_messages
+    if quota:
+        used = st.messages + st.local_messages - (st.unsure_messages if sure_only else 0)
+        counted = ops if surface != "kv_write" else 0
+        if used >= quota or used + counted > quota:
+            return TooManyRequests("quota_exceeded",
+                                   f"tenant {tenant!r} used {used} of {quota} messages this period"
+                                   + (f"; {counted} more would pass it" if used < quota else ""),
+                                   code="quota_exceeded", retry_after_s=cache.seconds_to_period_end())
+    return None
+
+
 async def admit(broker: Broker, principal: Principal, surface: str, ops: int) -> None:
     if surface not in SURFACES:
         raise ValueError(f"unknown limits surface {surface!r}; known: {sorted(SURFACES)}")
@@ -316,27 +348,14 @@ async def admit(broker: Broker, principal: Principal, surface: str, ops: int) ->
                       code="storage_quota_exceeded"),
             surface,
         )
-    if surface == "timers" and plan.timers_row_quota:
-        pending = st.timers_pending + st.local_timers
-        if pending >= plan.timers_row_quota or pending + ops > plan.timers_row_quota:
-            raise _refuse(
-                Forbidden("timers_quota_exceeded",
-                          f"tenant {tenant!r} has {pending} pending timers; {ops} more would pass the quota of "
-                          f"{plan.timers_row_quota}", code="timers_quota_exceeded"),
-                surface,
-            )
-    quota = plan.period_quota_messages
-    if quota:
-        used = st.messages + st.local_messages
-        counted = ops if surface != "kv_write" else 0
-        if used >= quota or used + counted > quota:
-            raise _refuse(
-                TooManyRequests("quota_exceeded",
-                                f"tenant {tenant!r} used {used} of {quota} messages this period"
-                                + (f"; {counted} more would pass it" if used < quota else ""),
-                                code="quota_exceeded", retry_after_s=cache.seconds_to_period_end()),
-                surface,
-            )
+    err = _over_quota(cache, tenant, st, surface, ops, sure_only=False)
+    if err is not None and (st.unsure_messages or st.unsure_timers):
+        # the view may count ops of the last read twice (module docstring): read again, judge without them
+        st = await cache.reread(pool, tenant)
+        plan = st.plan
+        err = _over_quota(cache, tenant, st, surface, ops, sure_only=True)
+    if err is not None:
+        raise _refuse(err, surface)
     if plan.rate_limit_per_s:
         wait_ms = await pool.fetchval(Q.limits_rate_take, tenant, float(max(ops, 1)), float(plan.rate_limit_per_s))
         if wait_ms:

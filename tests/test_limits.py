@@ -390,3 +390,36 @@ def test_what_a_worker_admitted_survives_a_read_that_cannot_see_it_yet():
         assert used(cache) == (9, 8)
 
     asyncio.run(main())
+
+
+def test_a_quota_never_refuses_because_of_the_double_count():
+    """An op in flight at a read that committed before its snapshot is carried AND in the read: a call
+    that passes the quota only on that double count is admitted (after a re-read), one that passes it on
+    the fresh view is refused."""
+    from types import SimpleNamespace
+
+    from broker import limits
+    from broker.config import Settings
+    from broker.errors import ApiError
+
+    async def main():
+        cache = limits.LimitsCache(Settings(timers_row_quota=10))
+        broker = SimpleNamespace(services=SimpleNamespace(limits=cache), pool=None)
+        broker.require_pool = lambda: broker.pool
+        principal = SimpleNamespace(tenant="t")
+        await cache.refresh(_Read(4), ["t"])
+        with limits.admission_scope():
+            cache.count("t", cache.tenants["t"], 4, 4)  # a call of 4 timers, in flight
+            await cache.refresh(_Read(8), ["t"])  # a read whose snapshot holds its commit already
+        st = cache.tenants["t"]
+        assert st.timers_pending + st.local_timers == 12  # 8 read + 4 carried: counted twice
+        broker.pool = _Read(8)
+        with limits.admission_scope():
+            await limits.admit(broker, principal, "timers", 2)  # 8 + 2 is the quota, not over it
+        st = cache.tenants["t"]
+        assert st.timers_pending + st.local_timers == 10
+        with pytest.raises(ApiError) as refused, limits.admission_scope():
+            await limits.admit(broker, principal, "timers", 1)
+        assert refused.value.code == "timers_quota_exceeded"
+
+    asyncio.run(main())
