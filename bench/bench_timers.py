@@ -475,6 +475,14 @@ async def _created(conn: asyncpg.Connection, tenant: str, queue: str, txns: list
     return {r["txn"]: r["created"] for r in await conn.fetch(LAGS_BY_TXN, tenant, queue, txns)}
 
 
+# Histograms of the broker along the fire -> consumer path, printed after the steady run (interpolated in
+# their buckets: 0.5, 1, 2.5, 5, 10 ms ...; a guide to where the time goes, not a figure).
+PATH_HISTS = {
+    "queen_sweeper_cycle_seconds": "sweep cycle, claim to commit, cycles that took rows",
+    "queen_pop_wake_seconds": "waiting pop, NOTIFY received to answer ready",
+}
+
+
 async def steady(url: str, conn: asyncpg.Connection, duration: float, rate: int = 1000) -> tuple[list[float], list[float]]:
     """``rate`` timers/s due evenly for ``duration`` s, scheduled over HTTP 1 s ahead in batches every 10 ms."""
     q = f"sus-{uuid.uuid4().hex[:6]}"
@@ -482,6 +490,7 @@ async def steady(url: str, conn: asyncpg.Connection, duration: float, rate: int 
     deliver: dict[str, float] = {}
     consumer = await Consumer(url, q).start()
     h0 = scrape_hist(url)
+    p0 = {name: scrape_hist(url, name) for name in PATH_HISTS}
     pool = Pool(url)  # the lean client: the generator shares the 2 cores with the broker (httpx: ~60 % of one)
     inflight: set[asyncio.Task] = set()
 
@@ -510,6 +519,11 @@ async def steady(url: str, conn: asyncpg.Connection, duration: float, rate: int 
     print(f"scheduled {len(deliver)} over {duration:.0f} s, fired {len(created)}, received {len(consumer.receipts)} "
           "(scheduler and consumer on the lean client, bench/httpconn.py)")
     _, at_consumer = lag_lines(deliver, created, consumer.receipts)
+    for name, before in p0.items():  # where the path's time goes, as the broker itself measured it
+        after = scrape_hist(url, name)
+        qs, n = hist_quantiles(before, after), after.get(float("inf"), 0) - before.get(float("inf"), 0)
+        print(f"{PATH_HISTS[name]} ({name}): n={n:.0f} p50~{ms(qs.get(0.5, float('nan')))} "
+              f"p99~{ms(qs.get(0.99, float('nan')))}")
     return hist_lags(h0, scrape_hist(url)), at_consumer
 
 

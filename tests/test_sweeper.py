@@ -74,7 +74,7 @@ async def log_rows(conn: asyncpg.Connection, tenant: str | None = None) -> list:
 async def test_fire_pushes_with_the_timers_identity_and_deletes_the_row(db, ready):
     dsn, conn = db
     [res] = await schedule(conn, "t1", "q", ["k"], txns=["tx-1"], partition="P", ready=ready)
-    sw = sweeper(dsn)
+    sw = sweeper(dsn, faults=False)
     out = await sw.run_once()
     assert (out.claimed, out.fired) == (1, 1)
     [m] = await log_rows(conn)
@@ -82,6 +82,26 @@ async def test_fire_pushes_with_the_timers_identity_and_deletes_the_row(db, read
     assert m["payload"] == b'{"i": 0}'
     assert await conn.fetchval("SELECT count(*) FROM queen_timers") == 0
     assert m["created_at"] >= res["deliver_at"] and 0 <= out.lags[0] < 5
+    await sw.stop()
+
+
+async def test_a_cycle_is_one_statement_until_rows_need_a_pack(db):
+    """Ready rows are taken and fired by one statement that is its own transaction; rows to pack found
+    that way are taken again in a transaction by the same cycle (nothing lost, nothing fired twice), and
+    cycles stay transactional until one finds nothing to pack."""
+    dsn, conn = db
+    sw = sweeper(dsn, faults=False)
+    await schedule(conn, "t1", "q", ["r1"], ready=True)
+    out = await sw.run_once()
+    assert (out.claimed, out.fired, sw._in_tx) == (1, 1, False)
+    await schedule(conn, "t1", "q", ["p1", "p2"], ready=False)
+    out = await sw.run_once()
+    assert (out.claimed, out.fired, sw._in_tx) == (2, 2, True)
+    await schedule(conn, "t1", "q", ["r2"], ready=True)
+    out = await sw.run_once()  # in a transaction, fired by the database: back to one statement
+    assert (out.claimed, out.fired, sw._in_tx) == (1, 1, False)
+    assert [r["txn"] for r in await log_rows(conn)] == ["q-r1", "q-p1", "q-p2", "q-r2"]
+    assert await conn.fetchval("SELECT count(*) FROM queen_timers") == 0
     await sw.stop()
 
 
@@ -191,7 +211,7 @@ async def test_deliver_at_order_within_a_partition_across_a_batch(db, ready):
     dsn, conn = db
     delays = [-10, -50, -30, -20, -40, -60]
     await schedule(conn, "t1", "q", [f"k{d}" for d in delays], delays=delays, payloads=[str(d).encode() for d in delays], ready=ready)
-    sw = sweeper(dsn)
+    sw = sweeper(dsn, faults=False)
     await sw.run_once()
     rows = await log_rows(conn)
     assert [int(r["payload"]) for r in rows] == sorted(delays)
@@ -203,7 +223,7 @@ async def test_a_burst_of_one_tenant_does_not_starve_another(db, ready):
     dsn, conn = db
     await schedule(conn, "tenant-a", "q", [f"a{i:05}" for i in range(1500)], delays=[-1000] * 1500, ready=ready)
     await schedule(conn, "tenant-b", "q", [f"b{i}" for i in range(5)], delays=[0] * 5, ready=ready)
-    sw = sweeper(dsn, batch=100)
+    sw = sweeper(dsn, faults=False, batch=100)
     out = await sw.run_once()
     assert out.claimed <= 100 and out.more_due(100)
     assert len(await log_rows(conn, "tenant-b")) == 5  # B's due timers went out in the first cycle
@@ -223,7 +243,7 @@ async def test_refire_after_a_lost_commit_is_a_duplicate_not_a_second_frame(db, 
     await conn.fetch("SELECT * FROM queen_push('t1', ARRAY['q'], ARRAY['Default'], ARRAY[$1::uuid], ARRAY['tx-dup'], "
                      "ARRAY[NULL::uuid], ARRAY['{}'::bytea], ARRAY[0::smallint], ARRAY[NULL::text], ARRAY['s'], "
                      "ARRAY[NULL::bigint])", res["message_id"])
-    sw = sweeper(dsn)
+    sw = sweeper(dsn, faults=False)
     out = await sw.run_once()
     assert (out.fired, out.duplicates) == (0, 1)
     assert len(await log_rows(conn)) == 1
@@ -394,7 +414,7 @@ async def test_concurrent_sweepers_share_a_burst_and_keep_each_partitions_order(
         delays = [-(1000 - 10 * i) for i in range(per)]  # i = 0 is due first
         await schedule(conn, "t1", "q", [f"p{p:02}-{i:03}" for i in range(per)], delays=delays,
                        partition=f"P{p:02}", payloads=[str(i).encode() for i in range(per)], ready=ready)
-    sweepers = [sweeper(dsn, batch=40) for _ in range(4)]
+    sweepers = [sweeper(dsn, faults=False, batch=40) for _ in range(4)]
 
     async def drain(sw: Sweeper) -> None:
         idle = 0
@@ -637,7 +657,7 @@ async def test_a_fire_the_database_refuses_finds_the_row_at_fault_in_the_same_tr
         CREATE TRIGGER test_refuse BEFORE INSERT ON queen_messages FOR EACH ROW EXECUTE FUNCTION test_refuse();
     """)
     await schedule(conn, "t1", "q", ["a", "b", "c"], txns=["ta", "poison", "tc"], partition="P", ready=ready)
-    sw = sweeper(dsn)
+    sw = sweeper(dsn, faults=False)
     out = await sw.run_once()
     assert (out.claimed, out.fired, out.backoff) == (3, 2, 1)
     assert [r["txn"] for r in await log_rows(conn)] == ["ta", "tc"]

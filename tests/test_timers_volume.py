@@ -29,6 +29,8 @@ SELECT 'vol', 'q', 'k' || g, 'p' || (g % 8), 'x' || g, gen_random_uuid(), '{}'::
        now() + $1::text::interval
 FROM generate_series(1, $2::integer) AS g
 """
+SEED_READY = SEED.replace("due_at)", "due_at, payload_ready)", 1).replace(
+    "now() + $1::text::interval\nFROM", "now() + $1::text::interval, true\nFROM", 1)  # as a schedule stores JSON
 TOUCHED = """
 SELECT coalesce(seq_scan, 0) AS seq_scan, coalesce(seq_tup_read, 0) AS seq_tup_read,
        coalesce(idx_tup_fetch, 0) AS idx_tup_fetch, coalesce(idx_scan, 0) AS idx_scan
@@ -160,44 +162,56 @@ async def test_the_lease_starts_when_the_claim_ends(burst):
         assert lease_ms / 1000 - 0.5 <= left_at_end <= lease_ms / 1000, left_at_end
 
 
-async def take_and_fire(conn: asyncpg.Connection, batch: int, random_page_cost: int | None = None) -> tuple[dict, int, list]:
-    """One fire transaction as the sweeper runs it (take, then fire what was taken); what it read from
+async def take_and_fire(conn: asyncpg.Connection, batch: int, random_page_cost: int | None = None,
+                        in_db: bool = False) -> tuple[dict, int, list]:
+    """One fire transaction as the sweeper runs it (take, then fire what was taken; ``in_db``: the
+    sweep statement that takes and fires ready rows, queen_timers_fire_ready); what it read from
     queen_timers, how many rows it took and the fire's answer."""
     async with conn.transaction():
         if random_page_cost is not None:
             await conn.execute(f"SET LOCAL random_page_cost = {random_page_cost}")
         before = dict(await conn.fetchrow(TOUCHED) or {"seq_scan": 0, "seq_tup_read": 0, "idx_tup_fetch": 0, "idx_scan": 0})
-        rows = [r for r in await conn.fetch(Q.timers_take, batch, None, False, 250) if r["tenant"] is not None]
-        n = len(rows)
-        out = await conn.fetch(Q.timers_fire_taken, [r["tenant"] for r in rows], [r["queue"] for r in rows],
-                               [r["timer_key"] for r in rows], [r["message_id"] for r in rows], [r["tid"] for r in rows],
-                               [None] * n, [0] * n, [], [], [], [], [], [], [], 3, 50, 1000)
+        if in_db:
+            got = await conn.fetch(Q.timers_sweep, batch, None, False, 250, 3, 50, 1000, True)
+            n = next(r["taken"] for r in got if r["kind"] == "summary")
+            out = [r for r in got if r["kind"] != "summary"]
+        else:
+            rows = [r for r in await conn.fetch(Q.timers_take, batch, None, False, 250) if r["tenant"] is not None]
+            n = len(rows)
+            out = await conn.fetch(Q.timers_fire_taken, [r["tenant"] for r in rows], [r["queue"] for r in rows],
+                                   [r["timer_key"] for r in rows], [r["message_id"] for r in rows],
+                                   [r["tid"] for r in rows], [None] * n, [0] * n, [], [], [], [], [], [], [], 3, 50, 1000)
         after = dict(await conn.fetchrow(TOUCHED))
     return {k: after[k] - before[k] for k in after}, n, out
 
 
+@pytest.mark.parametrize("in_db", [False, True], ids=["packed", "in-db"])
 @pytest.mark.parametrize(("random_page_cost", "cached_on_empty"), [(None, False), (100, False), (None, True)])
-async def test_take_and_fire_of_a_burst_read_what_they_take_without_statistics(burst, random_page_cost, cached_on_empty):
+async def test_take_and_fire_of_a_burst_read_what_they_take_without_statistics(burst, random_page_cost, cached_on_empty,
+                                                                              in_db):
     """The sweeper's fire transaction: the take reads the rows it takes through the due indexes, and the
     fire deletes them by ctid (a TID scan, not a scan of the table), whatever the statistics and the costs
     say. With random page reads priced high, a TID scan of 500 ctids costs more than a sequential scan of
     the table, which PostgreSQL 15 chose at the default costs on a 100,000-row burst (one read of the
     whole table and its dead rows per fire): the plan must not depend on that. The take runs on one
     generic plan per connection: cached while the table held one row, it must still walk the due
-    indexes once a burst has filled the table (no ANALYZE, so nothing invalidates the cached plan)."""
+    indexes once a burst has filled the table (no ANALYZE, so nothing invalidates the cached plan). So
+    does the fire of ready rows inside the sweep statement (in-db), whose delete is a generic plan too: a
+    nested loop of TID probes, never a scan, cached on one row as well."""
     conn = burst
+    seed = SEED_READY if in_db else SEED
     if cached_on_empty:
         for i in range(3):  # the plans are built and cached on this connection now
             await conn.execute("DELETE FROM queen_messages")
-            await conn.execute(SEED, "-1 second", 1)
-            delta, n, out = await take_and_fire(conn, 500)
+            await conn.execute(seed, "-1 second", 1)
+            delta, n, out = await take_and_fire(conn, 500, in_db=in_db)
             assert n == 1 and [r["kind"] for r in out] == ["fired"], (i, out)
         await conn.execute("DELETE FROM queen_messages")
-    await conn.execute(SEED, "-1 second", ROWS)
+    await conn.execute(seed, "-1 second", ROWS)
     assert_never_analyzed(await conn.fetchrow(
         "SELECT last_analyze, last_autoanalyze FROM pg_stat_user_tables WHERE relname = 'queen_timers'"))
     batch = 500
-    delta, n, out = await take_and_fire(conn, batch, random_page_cost)
+    delta, n, out = await take_and_fire(conn, batch, random_page_cost, in_db)
     assert n == batch and [r["kind"] for r in out] == ["fired"] * batch
     assert delta["seq_scan"] == 0, delta
     assert delta["idx_tup_fetch"] <= 10 * batch, delta
@@ -234,7 +248,7 @@ async def test_a_vacuumed_table_of_far_timers_does_not_change_what_a_cycle_reads
         before = 0  # the counters add up over the connection's transactions until they are flushed
         for _ in range(2):  # the second cycle runs on the plans the first one cached
             async with sweeper.transaction():
-                rows = await sweeper.fetch(Q.timers_sweep, 1000, None, False, 250, 5, 500, 300_000)
+                rows = await sweeper.fetch(Q.timers_sweep, 1000, None, False, 250, 5, 500, 300_000, True)
                 read = await sweeper.fetchval(INDEX_BLOCKS_READ) - before
             before += read
             assert [r["kind"] for r in rows] == ["taken"] * 10 + ["summary"]  # packed in Python: not fired

@@ -63,11 +63,13 @@ SELECT tenant, queue, timer_key, partition, message_id, tid, payload, payload_zs
 FROM queen_timers_take($1::integer, $2::text, $3::boolean, $4::integer);
 
 -- name: timers_sweep
--- One cycle's take and, when every row taken is ready, its fire (queen_timers_sweep), inside the sweeper's
--- fire transaction: rows 'fired' / 'duplicate', or 'taken' (to pack and fire), then one 'summary'.
+-- One cycle's take and, when every row taken is ready, its fire (queen_timers_sweep): rows 'fired' /
+-- 'duplicate', or 'taken' (to pack and fire; $8: inside the sweeper's fire transaction) or 'unready'
+-- (to take again in one; $8 false: the statement is the cycle's transaction), then one 'summary'.
 SELECT kind, tenant, queue, timer_key, partition, message_id, tid, payload, payload_zstd, key_id, deliver_at,
        fault, stall_ms, next_due_ms, paused, taken, lag_s
-FROM queen_timers_sweep($1::integer, $2::text, $3::boolean, $4::integer, $5::integer, $6::bigint, $7::bigint);
+FROM queen_timers_sweep($1::integer, $2::text, $3::boolean, $4::integer, $5::integer, $6::bigint, $7::bigint,
+                        $8::boolean);
 
 -- name: timers_fire_taken
 -- Rows taken in this (open) transaction; an error comes back as a row of kind 'error'.
