@@ -688,7 +688,8 @@ $$;
 
 -- queen_timers_fire_ready: the fire of a sweep cycle whose every row taken is ready (queen_timers_sweep),
 -- what queen_timers_fire does for such rows with no token, no packed payload and no failure: delete the
--- rows taken in this transaction that are unchanged (same ctid and message id, no live lease) and push
+-- rows taken in this transaction (p_tids, with the message ids read, p_ids) that are unchanged (same ctid
+-- and message id, no live lease; the row deleted says what to push) and push
 -- them through queen_push in (queue, partition, deliverAt, key) order; one row per timer fired, kind
 -- 'fired' or 'duplicate', lag_s from the clock after the push. A push the database refuses is undone
 -- here and answered by one row of kind 'error' (tenant = SQLSTATE, queue = message), as
@@ -700,11 +701,8 @@ $$;
 -- joins and scans below off nothing else is possible), so it neither scans the table nor compares every
 -- row with every id; the push's answer is zipped with the pushed keys by position, not joined.
 CREATE OR REPLACE FUNCTION queen_timers_fire_ready(
-    p_tenants text[],
-    p_queues  text[],
-    p_keys    text[],
-    p_ids     uuid[],
-    p_tids    tid[]
+    p_ids  uuid[],
+    p_tids tid[]
 ) RETURNS TABLE (kind text, tenant text, queue text, timer_key text, lag_s double precision)
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
@@ -841,7 +839,7 @@ BEGIN
     IF v_go THEN
         SELECT array_agg(f.kind), array_agg(f.tenant), array_agg(f.queue), array_agg(f.timer_key), array_agg(f.lag_s)
           INTO f_kind, f_te, f_q, f_k, f_lag
-        FROM queen_timers_fire_ready(v_te, v_q, v_k, v_id, v_tid) f;
+        FROM queen_timers_fire_ready(v_id, v_tid) f;
         v_go := NOT coalesce('error' = ANY (f_kind), false);
     END IF;
 
