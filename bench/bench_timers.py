@@ -196,10 +196,10 @@ def hist_lags(before: dict, after: dict) -> HistLags:
     return HistLags(q, after.get(float("inf"), 0) - before.get(float("inf"), 0))
 
 
-def hist_line(before: dict, after: dict) -> str:
+def hist_line(before: dict, after: dict, label: str = "histogram (queen_timers_fire_lag_seconds)") -> str:
     q = hist_quantiles(before, after)
     n = (after.get(float("inf"), 0) - before.get(float("inf"), 0))
-    return f"histogram (queen_timers_fire_lag_seconds): n={n:.0f} p50~{ms(q.get(0.5, float('nan')))} p99~{ms(q.get(0.99, float('nan')))}"
+    return f"{label}: n={n:.0f} p50~{ms(q.get(0.5, float('nan')))} p99~{ms(q.get(0.99, float('nan')))}"
 
 
 async def new_db(admin_dsn: str) -> str:
@@ -520,10 +520,7 @@ async def steady(url: str, conn: asyncpg.Connection, duration: float, rate: int 
           "(scheduler and consumer on the lean client, bench/httpconn.py)")
     _, at_consumer = lag_lines(deliver, created, consumer.receipts)
     for name, before in p0.items():  # where the path's time goes, as the broker itself measured it
-        after = scrape_hist(url, name)
-        qs, n = hist_quantiles(before, after), after.get(float("inf"), 0) - before.get(float("inf"), 0)
-        print(f"{PATH_HISTS[name]} ({name}): n={n:.0f} p50~{ms(qs.get(0.5, float('nan')))} "
-              f"p99~{ms(qs.get(0.99, float('nan')))}")
+        print(hist_line(before, scrape_hist(url, name), f"{PATH_HISTS[name]} ({name})"))
     return hist_lags(h0, scrape_hist(url)), at_consumer
 
 
