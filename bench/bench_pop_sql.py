@@ -1,9 +1,11 @@
 """queen_pop's cost in the database, against a bare read of the same rows, in one run.
 
     .venv/bin/python bench/bench_pop_sql.py [--batches 1 10 100 1000] [--repeats 40] [--compare FILE] [--set-min N]
+        [--messages N]
 
 Starts an embedded PostgreSQL (or uses QUEEN_BENCH_DATABASE_URL / QUEEN_TEST_DATABASE_URL, a server
-DSN) and a fresh migrated database holding one partition of 1,000 messages. Each sample is one
+DSN) and a fresh migrated database holding one partition of 1,000 messages (``--messages N``: N, e.g. the
+few a sweep cycle fires, popped by a batch of 1,000 as a long-polling consumer does). Each sample is one
 transaction, rolled back so every sample sees the same log: ``SELECT count(*) FROM queen_pop(...)`` of
 the named partition (leased, and with autoAck), and the baseline, a bare ``SELECT count(*)`` of the same
 rows' columns from queen_messages in offset order. It prints the median milliseconds per call and the
@@ -40,13 +42,12 @@ BARE = ("SELECT count(*) FROM (SELECT m.seq, m.id, m.txn, m.trace_id, m.payload,
         "ORDER BY m.seq LIMIT $2) x")
 
 
-async def prepare(server_dsn: str, functions: str | None, set_min: int | None) -> asyncpg.Connection:
+async def prepare(server_dsn: str, functions: str | None, set_min: int | None, n: int) -> asyncpg.Connection:
     conn = await asyncpg.connect(await new_migrated_db(server_dsn, "bench_pop_sql"))
     if functions is not None:
         await conn.execute(functions)
     if set_min is not None:  # queen_pop's smallest batch for its set path (sql/functions/log.sql)
         await conn.execute(f"SET queen.pop_set_min = {int(set_min)}")
-    n = MESSAGES
     await conn.fetch("SELECT * FROM queen_push($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)", TENANT, ["q"] * n,
                      ["p"] * n, [uuid.uuid4() for _ in range(n)], [f"t{i}" for i in range(n)], [None] * n,
                      [b'{"order":42,"sku":"SKU-0042","qty":3}'] * n, [0] * n, [None] * n, [None] * n, [None] * n)
@@ -65,9 +66,9 @@ async def rolled_back(conn: asyncpg.Connection, sql: str, *args: object) -> floa
 
 
 async def run(args: argparse.Namespace, server_dsn: str) -> None:
-    sides = {"this tree": await prepare(server_dsn, None, args.set_min)}
+    sides = {"this tree": await prepare(server_dsn, None, args.set_min, args.messages)}
     if args.compare:
-        sides["compared"] = await prepare(server_dsn, Path(args.compare).read_text(), None)
+        sides["compared"] = await prepare(server_dsn, Path(args.compare).read_text(), None, args.messages)
     try:
         for batch in args.batches:
             shapes = {"bare read": (BARE, TENANT, batch), "pop leased": (POP, TENANT, QM, batch, False),
@@ -96,6 +97,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=40)
     ap.add_argument("--compare", help="another log.sql to load into a second database and alternate with")
     ap.add_argument("--set-min", type=int, help="SET queen.pop_set_min on this tree's connection")
+    ap.add_argument("--messages", type=int, default=MESSAGES, help="messages in the partition")
     args = ap.parse_args()
     run_on_a_server(lambda dsn: run(args, dsn), "bench_pop_sql")
 
