@@ -538,6 +538,8 @@ DECLARE
     v_pr     bigint;
     v_have   bigint;
     v_cur    text;
+    v_tens   text[];
+    v_dues   timestamptz[];
     r        record;
 BEGIN
     IF coalesce((SELECT s.sweeper_paused FROM queen_timer_switches s WHERE s.tenant = '*'), false) THEN
@@ -547,9 +549,22 @@ BEGIN
         RETURN;
     END IF;
 
-    SELECT count(*) INTO v_active FROM queen_tenants qt
-    CROSS JOIN LATERAL (SELECT 1 FROM queen_timers t WHERE t.tenant = qt.tenant AND t.due_at <= now()
-                        ORDER BY t.due_at LIMIT 1) x;
+    -- The tenants that have timers, each with its earliest due instant: a skip scan of the due index
+    -- (tenant, due_at), one descent per such tenant (its first entry is its earliest), nothing read for
+    -- a tenant without timers. Walking queen_tenants instead and probing each cost a descent per tenant
+    -- of the broker, three times a cycle: a 5-row cycle took 16 ms beside 1,000 tenants with no
+    -- timers, 94 ms beside 10,000, 811 ms beside 100,000 (PostgreSQL 15; 3.9 ms alone).
+    WITH RECURSIVE sk AS (
+        (SELECT t.tenant, t.due_at FROM queen_timers t WHERE t.due_at IS NOT NULL
+         ORDER BY t.tenant, t.due_at LIMIT 1)
+        UNION ALL
+        SELECT n.tenant, n.due_at FROM sk CROSS JOIN LATERAL (
+            SELECT t.tenant, t.due_at FROM queen_timers t
+            WHERE t.due_at IS NOT NULL AND t.tenant > sk.tenant
+            ORDER BY t.tenant, t.due_at LIMIT 1) n
+    )
+    SELECT array_agg(sk.tenant), array_agg(sk.due_at) INTO v_tens, v_dues FROM sk;
+    SELECT count(*) INTO v_active FROM unnest(v_dues) AS u(d) WHERE u.d <= now();
 
     IF v_active > 0 THEN
         v_slice := greatest(ceil(p_batch::numeric / v_active)::integer, 1);
@@ -563,10 +578,11 @@ BEGIN
         --    now, until the locked ones hold the tenant's slice of window rows.
         FOR r IN
             WITH ten AS (
-                SELECT qt.tenant,
-                       row_number() OVER (ORDER BY (qt.tenant COLLATE "C" > coalesce(p_cursor, '')) DESC,
-                                                   qt.tenant COLLATE "C") AS tr
-                FROM queen_tenants qt
+                SELECT u.te AS tenant,
+                       row_number() OVER (ORDER BY (u.te COLLATE "C" > coalesce(p_cursor, '')) DESC,
+                                                   u.te COLLATE "C") AS tr
+                FROM unnest(v_tens, v_dues) AS u(te, d)
+                WHERE u.d <= now()
             ),
             win AS (
                 SELECT ten.tenant, ten.tr, w.queue, w.partition, w.due_at
@@ -678,10 +694,7 @@ BEGIN
         SELECT NULL::text, NULL::text, NULL::text, NULL::text, NULL::uuid, NULL::tid, NULL::bytea,
                NULL::boolean, NULL::text, NULL::timestamptz, NULL::text, NULL::integer,
                ceil(extract(epoch FROM min(x.d) - now()) * 1000)::bigint, false, NULL::boolean
-        FROM queen_tenants qt
-        CROSS JOIN LATERAL (SELECT t.due_at AS d FROM queen_timers t WHERE t.tenant = qt.tenant
-                              AND t.due_at IS NOT NULL
-                            ORDER BY t.due_at LIMIT 1) x;
+        FROM unnest(v_dues) AS x(d);  -- the earliest due instants read at the top (rows taken included)
     END IF;
 END
 $$;
