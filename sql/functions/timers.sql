@@ -552,8 +552,8 @@ BEGIN
 
     -- Which tenants have due timers, and when the next timer is due, without visiting every tenant:
     -- (due_at, tenant) (sql/migrations/0023_timers_due_at.sql) holds all due instants in one order, so
-    -- the due rows are its front and the next due instant its first entry. A front of at most twice
-    -- the batch (the steady case: a few rows) names the due tenants exactly. A longer one (a burst) is
+    -- the due rows are its front and the next due instant its first entry. A front of at most a
+    -- batch (the steady case: a few rows) names the due tenants exactly. A longer one (a burst) is
     -- not read to its end: the tenants are then found by a skip scan of (tenant, due_at), one descent
     -- per tenant that has timers (its first entry is its earliest), so a tenant's burst cannot hide
     -- another's due rows behind it. Walking queen_tenants and probing each tenant cost a descent per
@@ -563,8 +563,8 @@ BEGIN
     SELECT t.due_at INTO v_first FROM queen_timers t WHERE t.due_at IS NOT NULL ORDER BY t.due_at LIMIT 1;
     SELECT array_agg(DISTINCT f.tenant), count(*) INTO v_tens, v_front
     FROM (SELECT t.tenant FROM queen_timers t WHERE t.due_at <= now() ORDER BY t.due_at
-          LIMIT 2 * greatest(p_batch, 1) + 1) f;
-    IF v_front > 2 * greatest(p_batch, 1) THEN
+          LIMIT greatest(p_batch, 1) + 1) f;
+    IF v_front > greatest(p_batch, 1) THEN
         WITH RECURSIVE sk AS (
             (SELECT t.tenant, t.due_at FROM queen_timers t WHERE t.due_at IS NOT NULL
              ORDER BY t.tenant, t.due_at LIMIT 1)
