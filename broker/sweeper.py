@@ -17,7 +17,7 @@ until one finds nothing to pack (with the test hooks' faults on, every cycle doe
              other sweeper takes them; every tenant with due rows gets an equal slice of the batch (at
              most QUEEN_SWEEPER_TENANT_SLICE rows while several are due) and the walk over tenants
              rotates, so one tenant's burst cannot starve another's timers (the walk covers the tenants
-             that have timers, read from the due index: a tenant without any costs nothing).
+             with due timers, the front of the (due_at, tenant) index: a tenant with none costs nothing).
   2. pack    in Python: decompress the client's zstd, check the payload is JSON, seal it in the log's
              stored format (an encrypted payload was sealed at schedule and moves untouched).
   3. fire    ``queen_timers_fire`` (no token): delete exactly the rows taken that are unchanged (same ctid

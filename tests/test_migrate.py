@@ -154,9 +154,18 @@ def test_queen_migrate_cli(pg):
     assert out.returncode == 0 and out.stdout.strip() == "schema is up to date"
 
 
+# The one index whose order crosses tenants, on purpose: the sweeper serves every tenant of its cell,
+# and which tenants have due timers (and when the next one is due) is the front of a single order of
+# due instants (sql/migrations/0023_timers_due_at.sql). A per-tenant walk cost every cycle a descent
+# per tenant holding a timer: 105 ms beside 10,000 of them, against 3.4 ms. A tenant's rows still move
+# by tenant (its second column; every table and every other index leads with it).
+CROSS_TENANT_INDEXES = {"queen_timers_due_at"}
+
+
 async def test_schema_follows_the_house_rules(pg):
     """Every table and every index leads with ``tenant`` (a tenant can move between cells; no query
-    scans across tenants); the two schema ledgers are the exception."""
+    scans across tenants); the two schema ledgers are the exception, and the sweeper's due order
+    (CROSS_TENANT_INDEXES), which carries tenant second."""
     dsn = pg.new_db()
     conn = await asyncpg.connect(dsn)
     try:
@@ -167,9 +176,10 @@ async def test_schema_follows_the_house_rules(pg):
                  AND c.relname NOT LIKE 'queen\\_schema\\_%' AND NOT c.relispartition"""
         )
         indexes = await conn.fetch(
-            """SELECT i.indexrelid::regclass::text AS name, a.attname FROM pg_index i
+            """SELECT i.indexrelid::regclass::text AS name, a.attname, a2.attname AS second FROM pg_index i
                JOIN pg_class c ON c.oid = i.indrelid
                LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+               LEFT JOIN pg_attribute a2 ON a2.attrelid = i.indrelid AND a2.attnum = i.indkey[1]
                WHERE c.relnamespace = 'public'::regnamespace AND c.relname NOT LIKE 'queen\\_schema\\_%'"""
         )
     finally:
@@ -178,9 +188,11 @@ async def test_schema_follows_the_house_rules(pg):
     assert [r["relname"] for r in tables if r["attname"] != "tenant"] == [], (
         "tables whose first column is not tenant"
     )
-    assert [r["name"] for r in indexes if r["attname"] != "tenant"] == [], (
+    assert [r["name"] for r in indexes if r["attname"] != "tenant" and r["name"] not in CROSS_TENANT_INDEXES] == [], (
         "indexes that do not lead with tenant"
     )
+    crossing = {r["name"]: r["second"] for r in indexes if r["name"] in CROSS_TENANT_INDEXES}
+    assert crossing == {name: "tenant" for name in CROSS_TENANT_INDEXES}, crossing
 
 
 # Versions 1-5 are the squashed baseline: never released one without the others, and the function
