@@ -889,11 +889,11 @@ async def bench_breadth(crowd_dsn: str, alone_dsn: str, rounds: int = 40) -> Non
                 await cycle(conn, f"w-{i}-")
         for kind, level in (("idle", 1_000), ("idle", 10_000), ("idle", 100_000),
                             ("with timers", 1_000), ("with timers", 10_000)):
-            if kind == "idle" and level > idle:
+            if kind == "idle":  # the levels of each kind grow: add the tenants up to this one
                 await crowd.execute("INSERT INTO queen_tenants (tenant) SELECT 'idle-' || g "
                                     "FROM generate_series($1::integer, $2::integer) g", idle + 1, level)
                 idle = level
-            elif kind == "with timers" and level > withtimers:
+            else:
                 await crowd.execute("INSERT INTO queen_tenants (tenant) SELECT 'far-' || g "
                                     "FROM generate_series($1::integer, $2::integer) g", withtimers + 1, level)
                 await crowd.execute(far, withtimers + 1, level)
