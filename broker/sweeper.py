@@ -141,6 +141,7 @@ class SweeperConfig:
     backoff_base_ms: int = 500
     backoff_cap_ms: int = 300_000
     faults: bool = False  # honour the test hooks' injected faults
+    peers: int = 1  # sweepers sharing the database (this broker's workers): a cycle takes its share of a small due set
 
     @classmethod
     def from_settings(cls, s: Settings) -> SweeperConfig:
@@ -154,6 +155,7 @@ class SweeperConfig:
             backoff_base_ms=s.sweeper_backoff_base_ms,
             backoff_cap_ms=s.sweeper_backoff_cap_ms,
             faults=s.test_hooks,
+            peers=s.workers if s.sweeper_enabled else 1,
         )
 
     def clamp_sleep_ms(self, next_due_ms: int | None) -> int:
@@ -316,7 +318,7 @@ class Sweeper:
     async def _ensure_conn(self) -> asyncpg.Connection:
         if self.conn is None or self.conn.is_closed():
             conn = await connect(self.dsn)
-            await conn.execute(Q.timers_sweeper_session, max(self.config.lease_ms, IDLE_FLOOR_MS))
+            await conn.execute(Q.timers_sweeper_session, max(self.config.lease_ms, IDLE_FLOOR_MS), max(1, self.config.peers))
             self.conn = conn
         return self.conn
 

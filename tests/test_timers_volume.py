@@ -300,3 +300,57 @@ async def test_other_tenants_add_nothing_to_a_cycle(pg):
         if sweeper is not None:
             await sweeper.close()
         await conn.close()
+
+
+async def test_sweepers_that_wake_together_split_a_due_set_that_fits_one_cycle(pg):
+    """800 rows just due in 8 partitions of 100, two sweepers (queen.sweeper_peers = 2) taking at once:
+    each takes 4 whole partitions (the first sweeper once took all 8 and fired them alone while the other
+    found nothing). Rows due longer than queen.sweeper_split_window_ms ago, or a sweeper that is the only
+    one (peers 1), or a due set under 200 rows: one sweeper takes it all."""
+    dsn = pg.new_db()
+    conn = await connect(dsn)
+    sweepers = [await connect(dsn) for _ in range(2)]
+    try:
+        await conn.execute("INSERT INTO queen_tenants (tenant) VALUES ('vol') ON CONFLICT DO NOTHING")
+        await conn.execute(SEED, "-1 second", 800)
+
+        async def take_both(peers: int, window_ms: int) -> list[dict[str, int]]:
+            """Both sweepers take inside open transactions (nothing fired, the locks held), then roll back."""
+            txs, taken = [], []
+            try:
+                for s in sweepers:
+                    await s.execute("SELECT set_config('queen.sweeper_peers', $1, false), "
+                                    "set_config('queen.sweeper_split_window_ms', $2, false)", str(peers), str(window_ms))
+                    tx = s.transaction()
+                    await tx.start()
+                    txs.append(tx)
+                    rows = await s.fetch(Q.timers_sweep, 1000, None, False, 250, 5, 500, 300_000, True)
+                    per: dict[str, int] = {}
+                    for r in rows:
+                        if r["kind"] == "taken":
+                            per[r["partition"]] = per.get(r["partition"], 0) + 1
+                    taken.append(per)
+            finally:
+                for tx in txs:
+                    await tx.rollback()
+            return taken
+
+        a, b = await take_both(2, 600_000)  # just due (a window wider than the test's age)
+        assert sum(a.values()) == sum(b.values()) == 400, (a, b)
+        assert set(a).isdisjoint(b) and all(n == 100 for n in (*a.values(), *b.values()))  # whole partitions
+        a, b = await take_both(2, 0)  # due for longer than the window: the first takes all
+        assert (sum(a.values()), sum(b.values())) == (800, 0)
+        a, b = await take_both(1, 600_000)  # alone
+        assert (sum(a.values()), sum(b.values())) == (800, 0)
+        await conn.execute("DELETE FROM queen_timers WHERE tenant = 'vol' AND partition IN ('p0', 'p1', 'p2', 'p3', 'p4', 'p5')")
+        a, b = await take_both(2, 600_000)  # 200 rows in 2 partitions: split (at the threshold)
+        assert sum(a.values()) == sum(b.values()) == 100, (a, b)
+        await conn.execute("DELETE FROM queen_timers WHERE tenant = 'vol' AND partition = 'p6' AND timer_key > 'k5'")
+        left = await conn.fetchval("SELECT count(*) FROM queen_timers WHERE tenant = 'vol'")
+        assert 100 < left < 200
+        a, b = await take_both(2, 600_000)  # under 200 rows: not split
+        assert (sum(a.values()), sum(b.values())) == (left, 0)
+    finally:
+        for s in sweepers:
+            await s.close()
+        await conn.close()

@@ -53,8 +53,11 @@ LIMIT $4;
 -- (same message ids and txns); and any client that has seen the messages through a write of its own
 -- (a pop's lease or autoAck cursor, an ack) committed after the fire, so its flush covered the fire.
 -- The commit's fsync was the largest part of a small cycle (measured: 9 of 22 ms at 1,000 due/s).
+-- $2: how many sweepers share this database's timers (this broker's workers), for queen_timers_take's
+-- split of a due set that fits one cycle.
 SELECT set_config('idle_in_transaction_session_timeout', $1::bigint::text, false),
-       set_config('synchronous_commit', 'off', false);
+       set_config('synchronous_commit', 'off', false),
+       set_config('queen.sweeper_peers', $2::integer::text, false);
 
 -- name: timers_take
 -- Inside the sweeper's fire transaction (queen_timers_take: partition-exclusive, writes nothing).
