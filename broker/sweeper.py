@@ -18,6 +18,9 @@ until one finds nothing to pack (with the test hooks' faults on, every cycle doe
              most QUEEN_SWEEPER_TENANT_SLICE rows while several are due) and the walk over tenants
              rotates, so one tenant's burst cannot starve another's timers (the walk covers the tenants
              with due timers, the front of the (due_at, tenant) index: a tenant with none costs nothing).
+             A due set of 200+ rows that fits one batch and has just become due is split into
+             whole-partition shares, one per worker (``SweeperConfig.peers``, set on the session as
+             ``queen.sweeper_peers``), so the sweepers that wake at its instant fire it side by side.
   2. pack    in Python: decompress the client's zstd, check the payload is JSON, seal it in the log's
              stored format (an encrypted payload was sealed at schedule and moves untouched).
   3. fire    ``queen_timers_fire`` (no token): delete exactly the rows taken that are unchanged (same ctid
