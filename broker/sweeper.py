@@ -158,7 +158,7 @@ class SweeperConfig:
             backoff_base_ms=s.sweeper_backoff_base_ms,
             backoff_cap_ms=s.sweeper_backoff_cap_ms,
             faults=s.test_hooks,
-            peers=s.workers if s.sweeper_enabled else 1,
+            peers=s.workers,
         )
 
     def clamp_sleep_ms(self, next_due_ms: int | None) -> int:
@@ -321,7 +321,7 @@ class Sweeper:
     async def _ensure_conn(self) -> asyncpg.Connection:
         if self.conn is None or self.conn.is_closed():
             conn = await connect(self.dsn)
-            await conn.execute(Q.timers_sweeper_session, max(self.config.lease_ms, IDLE_FLOOR_MS), max(1, self.config.peers))
+            await conn.execute(Q.timers_sweeper_session, max(self.config.lease_ms, IDLE_FLOOR_MS), self.config.peers)
             self.conn = conn
         return self.conn
 

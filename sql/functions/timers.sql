@@ -599,11 +599,12 @@ BEGIN
         -- (its next_due_ms has passed), finds it older than that, and takes it all, so it pays one cycle
         -- more, not one per halving.
         v_lock := v_slice;
-        v_peers := coalesce(nullif(current_setting('queen.sweeper_peers', true), '')::integer, 1);
-        IF v_peers > 1 AND v_front BETWEEN 200 AND p_batch
-           AND v_first > now() - coalesce(nullif(current_setting('queen.sweeper_split_window_ms', true), '')::integer, 25)
-                                 * interval '1 millisecond' THEN
-            v_lock := least(v_slice, greatest(ceil(ceil(v_front::numeric / v_peers) / v_active)::integer, 1));
+        IF v_front BETWEEN 200 AND p_batch THEN  -- (the settings are read only for such a front)
+            v_peers := coalesce(nullif(current_setting('queen.sweeper_peers', true), '')::integer, 1);
+            IF v_peers > 1 AND v_first > now() - coalesce(nullif(current_setting('queen.sweeper_split_window_ms', true),
+                                                                 '')::integer, 25) * interval '1 millisecond' THEN
+                v_lock := least(v_slice, greatest(ceil(ceil(v_front::numeric / v_peers) / v_active)::integer, 1));
+            END IF;
         END IF;
 
         -- 1. Candidate partitions: per tenant (rotating from after p_cursor), the partitions of its
