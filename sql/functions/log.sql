@@ -245,7 +245,7 @@ BEGIN
            coalesce(n.existing_id, n.first_id), n.pid, CASE WHEN n.fresh THEN n.rn_seq END
     FROM numbered n ORDER BY n.i;
 
-    PERFORM queen_wake(p_tenant, p_queues);
+    PERFORM queen_wake(p_tenant, v_dq);  -- the batch's queues, one per partition (not one per item)
 END
 $$;
 
