@@ -186,3 +186,42 @@ async def test_a_push_over_partitions_reads_only_its_own(pg):
                 assert read <= 260, (planner, rnd, read)
         finally:
             await conn.close()
+
+
+MESSAGES_PROBED = "SELECT coalesce(idx_scan, 0) FROM pg_stat_xact_user_tables WHERE relname = 'queen_messages'"
+
+
+async def test_a_batch_of_new_items_is_written_without_looking_for_duplicates(pg):
+    """Both paths first write a batch as if all of it were new: no probe of the log per item (the
+    unique (tenant, partition_id, txn) index refuses a duplicate, and only then is the batch looked up
+    item by item). A batch with a duplicate, stored or repeated in it, still gets the careful answer and
+    leaves no trace of the first attempt: offsets stay gapless."""
+    conn = await asyncpg.connect(pg.new_db())
+    try:
+        for name, part in (("fast", lambda i: "p"), ("general", lambda i: f"p{i % 3}")):
+            q = f"opt-{name}"
+            await call(conn, [(q, part(i), f"seed-{i}") for i in range(30)])  # queue and partitions exist
+            async with conn.transaction():
+                before = await conn.fetchval(MESSAGES_PROBED)
+                rows = await call(conn, [(q, part(i), f"new-{i}") for i in range(30)])
+                probed = await conn.fetchval(MESSAGES_PROBED) - before
+            assert [r[1] for r in rows] == ["queued"] * 30
+            assert probed == 0, (name, probed)
+            async with conn.transaction():
+                before = await conn.fetchval(MESSAGES_PROBED)
+                rows = await call(conn, [(q, part(0), "seed-0"), (q, part(1), "again"), (q, part(1), "again"),
+                                         (q, part(2), "fresh")])
+                probed = await conn.fetchval(MESSAGES_PROBED) - before
+            assert [r[1] for r in rows] == ["duplicate", "queued", "duplicate", "queued"], name
+            assert rows[2][3] == rows[1][3]  # the repeat answers the first one's message id
+            assert probed > 0  # (the counter sees the careful statement's probes)
+            seqs = await conn.fetch("SELECT p.name, array_agg(m.seq ORDER BY m.seq) AS s FROM queen_messages m "
+                                    "JOIN queen_partitions p ON p.tenant = m.tenant AND p.id = m.partition_id "
+                                    "WHERE m.tenant = $1 AND p.queue = $2 GROUP BY p.name", T, q)
+            for r in seqs:
+                assert r["s"] == list(range(1, len(r["s"]) + 1)), (name, r["name"], r["s"])
+            nexts = await conn.fetch("SELECT name, next_seq FROM queen_partitions WHERE tenant = $1 AND queue = $2", T, q)
+            counts = {r["name"]: len(r["s"]) for r in seqs}
+            assert {r["name"]: r["next_seq"] - 1 for r in nexts} == counts, name
+    finally:
+        await conn.close()
