@@ -713,7 +713,8 @@ BEGIN
             )
             -- Without the test hooks (p_faults false: every sweeper's usual take) the rows go out as
             -- claimed: the branch that numbers them for the injected faults sits under a one-time filter
-            -- and is never run (its window sorted every row taken: 10.7 -> 9.3 ms per 1,000, measured).
+            -- and is never run (its window sorted every row taken: a take of 1,000 rows 8.6 -> 6.8 ms,
+            -- medians of alternated rounds on the embedded PostgreSQL).
             SELECT c.tenant, c.queue, c.timer_key, c.partition, c.message_id, c.tid, c.payload,
                    c.payload_zstd, c.key_id, c.deliver_at, NULL::text, NULL::integer,
                    NULL::bigint, false, c.key_id IS NOT NULL OR c.payload_ready
