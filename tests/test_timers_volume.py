@@ -354,3 +354,39 @@ async def test_sweepers_that_wake_together_split_a_due_set_that_fits_one_cycle(p
         for s in sweepers:
             await s.close()
         await conn.close()
+
+
+OWN_SUBXACTS = """
+SELECT s.subxact_count, s.subxact_overflowed
+FROM pg_stat_get_backend_idset() AS b(id), LATERAL pg_stat_get_backend_subxact(b.id) AS s
+WHERE pg_stat_get_backend_pid(b.id) = pg_backend_pid()
+"""
+
+
+async def test_a_fire_over_many_tenants_keeps_its_subtransactions_cached(pg):
+    """Each push that writes a batch as if it were all new opens a subtransaction (sql/functions/log.sql),
+    and a fire pushes once per tenant: a cycle over 80 tenants must not pass the 64 subtransactions a
+    backend caches (past them every other session's snapshots pay while the fire runs), so from its
+    32nd tenant the fire's pushes take the careful statement. Every row still fires once."""
+    conn = await connect(pg.new_db())
+    try:
+        tenants = [f"sub{i:02d}" for i in range(80)]
+        await conn.execute("INSERT INTO queen_tenants (tenant) SELECT unnest($1::text[])", tenants)
+        await conn.execute("""
+            INSERT INTO queen_timers (tenant, queue, timer_key, partition, txn, message_id, payload, producer_sub,
+                                      deliver_at, due_at, payload_ready)
+            SELECT t, 'q', 'k' || g, 'p', 'x' || g, gen_random_uuid(), '{}'::bytea, 's', now() - interval '1 s',
+                   now() - interval '1 s', true
+            FROM unnest($1::text[]) AS t, generate_series(1, 3) AS g""", tenants)
+        async with conn.transaction():
+            taken = await conn.fetch("SELECT message_id, tid FROM queen_timers_take(1000, NULL, false, 250) "
+                                     "WHERE tenant IS NOT NULL")
+            fired = await conn.fetch("SELECT kind FROM queen_timers_fire_ready($1::uuid[], $2::tid[])",
+                                     [r["message_id"] for r in taken], [r["tid"] for r in taken])
+            count, overflowed = await conn.fetchrow(OWN_SUBXACTS)
+        assert len(taken) == 240 and [r["kind"] for r in fired] == ["fired"] * 240
+        assert not overflowed and count < 64, count
+        assert await conn.fetchval("SELECT count(*) FROM queen_messages") == 240
+        assert await conn.fetchval("SELECT count(*) FROM queen_timers") == 0
+    finally:
+        await conn.close()

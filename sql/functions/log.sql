@@ -40,14 +40,16 @@ $$;
 --   * Both paths first write the batch as if every item were new (no retry, no txn repeated in the
 --     batch: the common case), in a subtransaction: numbered by position, no duplicate lookup at all.
 --     A duplicate breaks the unique (tenant, partition_id, txn) index, which undoes that attempt, and
---     the statement that finds duplicates runs instead. Measured on the embedded PostgreSQL, medians
+--     the statement that finds duplicates runs instead (and runs first where the transaction-local
+--     setting queen.push_careful is on: a timer fire past its 31st tenant's push, which keeps a fire's
+--     subtransactions under the 64 a backend caches). Measured on the embedded PostgreSQL, medians
 --     of alternated rounds against the statement alone: a 1-item push the same (0.56 ms), 10 items
 --     0.94 -> 0.76 ms, 100 items 3.0 -> 2.1 ms, 1,000 items 21 -> 15 ms; a 1,000-row timer fire into 16
 --     partitions 20.5 -> 17.2 ms.
 --   * The duplicate lookup (both paths, once a batch has a duplicate) is a correlated scalar probe per
 --     item: never flattened into a join, it binds all three key columns of the unique (tenant,
---     partition_id, txn) index. A LEFT JOIN was planned (generic plan) with partition_id as a mere join filter, a scan
---     of the tenant's whole index per item (1,000 items over 8 partitions: 43 ms on a fresh database,
+--     partition_id, txn) index. A LEFT JOIN was planned (generic plan) with partition_id as a mere
+--     join filter, a scan of the tenant's whole index per item (1,000 items over 8 partitions: 43 ms on a fresh database,
 --     390 ms eight batches later; with the probe 18-24 ms flat). The fast path's join, even with
 --     partition_id bound, became a hash of the WHOLE partition under the generic plan (estimated one
 --     row): a 10-item push cost 0.8 ms into an empty partition, 5.9 ms at 10k messages, 103 ms at 200k
@@ -125,24 +127,26 @@ BEGIN
         -- duplicate probe per item, no window over txns; numbered by position. A duplicate, stored or
         -- within the batch, breaks the unique (tenant, partition_id, txn) index: that attempt is undone
         -- (its own subtransaction) and the batch goes through the statement below, which finds them.
-        BEGIN
-            WITH ins AS (
-                INSERT INTO queen_messages (tenant, partition_id, seq, id, txn, trace_id, payload, codec, key_id,
-                                            producer_sub, deadline_at)
-                SELECT p_tenant, v_pid, v_next - 1 + u.ord, u.id, u.t, u.tr, u.pl, coalesce(u.c, 0), u.k, u.s,
-                       CASE WHEN u.d IS NULL THEN NULL ELSE now() + u.d * interval '1 millisecond' END
-                FROM unnest(p_ids, p_txns, p_traces, p_payloads, p_codecs, p_key_ids, p_subs, p_deadline_ms)
-                     WITH ORDINALITY AS u(id, t, tr, pl, c, k, s, d, ord)
-                ORDER BY u.ord
-                RETURNING 1
-            )
-            UPDATE queen_partitions qp SET next_seq = v_next + c.n, last_push_at = now()
-            FROM (SELECT count(*) AS n FROM ins) c
-            WHERE qp.tenant = p_tenant AND qp.id = v_pid AND c.n > 0;
-            v_ok := true;
-        EXCEPTION WHEN unique_violation THEN
-            v_ok := false;
-        END;
+        IF current_setting('queen.push_careful', true) IS DISTINCT FROM 'on' THEN
+            BEGIN
+                WITH ins AS (
+                    INSERT INTO queen_messages (tenant, partition_id, seq, id, txn, trace_id, payload, codec, key_id,
+                                                producer_sub, deadline_at)
+                    SELECT p_tenant, v_pid, v_next - 1 + u.ord, u.id, u.t, u.tr, u.pl, coalesce(u.c, 0), u.k, u.s,
+                           CASE WHEN u.d IS NULL THEN NULL ELSE now() + u.d * interval '1 millisecond' END
+                    FROM unnest(p_ids, p_txns, p_traces, p_payloads, p_codecs, p_key_ids, p_subs, p_deadline_ms)
+                         WITH ORDINALITY AS u(id, t, tr, pl, c, k, s, d, ord)
+                    ORDER BY u.ord
+                    RETURNING 1
+                )
+                UPDATE queen_partitions qp SET next_seq = v_next + c.n, last_push_at = now()
+                FROM (SELECT count(*) AS n FROM ins) c
+                WHERE qp.tenant = p_tenant AND qp.id = v_pid AND c.n > 0;
+                v_ok := true;
+            EXCEPTION WHEN unique_violation THEN
+                v_ok := false;
+            END;
+        END IF;
         IF v_ok THEN
             RETURN QUERY
             SELECT u.ord::integer, 'queued'::text, u.id, v_pid, v_next - 1 + u.ord
@@ -251,37 +255,39 @@ BEGIN
     -- As the fast path: first as if every item were new, numbered per partition by position; a
     -- duplicate (stored or within the batch) undoes the attempt and the statement after it finds them.
     -- (Measured, a 1,000-row timer fire into 16 partitions: 20.5 -> 17.2 ms.)
-    BEGIN
-        WITH items AS (
-            SELECT u.ord::integer AS i, u.q, u.p, u.id, u.t, u.tr, u.pl, u.c, u.k, u.s, u.d
-            FROM unnest(p_queues, p_partitions, p_ids, p_txns, p_traces, p_payloads, p_codecs, p_key_ids,
-                        p_subs, p_deadline_ms) WITH ORDINALITY AS u(q, p, id, t, tr, pl, c, k, s, d, ord)
-        ), numbered AS (
-            SELECT it.*, pp.pid, pp.next_seq - 1 + row_number() OVER (PARTITION BY pp.pid ORDER BY it.i) AS rn_seq
-            FROM items it
-            CROSS JOIN LATERAL (SELECT qp.id AS pid, qp.next_seq FROM queen_partitions qp
-                                WHERE qp.tenant = p_tenant AND qp.queue = it.q AND qp.name = it.p
-                                LIMIT 1) pp  -- (a probe, as below)
-        ), ins AS (
-            INSERT INTO queen_messages (tenant, partition_id, seq, id, txn, trace_id, payload, codec, key_id,
-                                        producer_sub, deadline_at)
-            SELECT p_tenant, n.pid, n.rn_seq, n.id, n.t, n.tr, n.pl, coalesce(n.c, 0), n.k, n.s,
-                   CASE WHEN n.d IS NULL THEN NULL ELSE now() + n.d * interval '1 millisecond' END
-            FROM numbered n
-            ORDER BY n.pid, n.rn_seq
-        ), bump AS (
-            UPDATE queen_partitions qp SET next_seq = qp.next_seq + c.n, last_push_at = now()
-            FROM (SELECT n.pid, count(*) AS n FROM numbered n GROUP BY n.pid) c
-            WHERE qp.ctid = ANY (v_tids) AND qp.id = c.pid
-        )
-        SELECT array_agg(n.i ORDER BY n.i), array_agg(n.id ORDER BY n.i), array_agg(n.pid ORDER BY n.i),
-               array_agg(n.rn_seq ORDER BY n.i)
-          INTO v_oi, v_oid, v_opid, v_oseq
-        FROM numbered n;
-        v_ok := true;
-    EXCEPTION WHEN unique_violation THEN
-        v_ok := false;
-    END;
+    IF current_setting('queen.push_careful', true) IS DISTINCT FROM 'on' THEN
+        BEGIN
+            WITH items AS (
+                SELECT u.ord::integer AS i, u.q, u.p, u.id, u.t, u.tr, u.pl, u.c, u.k, u.s, u.d
+                FROM unnest(p_queues, p_partitions, p_ids, p_txns, p_traces, p_payloads, p_codecs, p_key_ids,
+                            p_subs, p_deadline_ms) WITH ORDINALITY AS u(q, p, id, t, tr, pl, c, k, s, d, ord)
+            ), numbered AS (
+                SELECT it.*, pp.pid, pp.next_seq - 1 + row_number() OVER (PARTITION BY pp.pid ORDER BY it.i) AS rn_seq
+                FROM items it
+                CROSS JOIN LATERAL (SELECT qp.id AS pid, qp.next_seq FROM queen_partitions qp
+                                    WHERE qp.tenant = p_tenant AND qp.queue = it.q AND qp.name = it.p
+                                    LIMIT 1) pp  -- (a probe, as below)
+            ), ins AS (
+                INSERT INTO queen_messages (tenant, partition_id, seq, id, txn, trace_id, payload, codec, key_id,
+                                            producer_sub, deadline_at)
+                SELECT p_tenant, n.pid, n.rn_seq, n.id, n.t, n.tr, n.pl, coalesce(n.c, 0), n.k, n.s,
+                       CASE WHEN n.d IS NULL THEN NULL ELSE now() + n.d * interval '1 millisecond' END
+                FROM numbered n
+                ORDER BY n.pid, n.rn_seq
+            ), bump AS (
+                UPDATE queen_partitions qp SET next_seq = qp.next_seq + c.n, last_push_at = now()
+                FROM (SELECT n.pid, count(*) AS n FROM numbered n GROUP BY n.pid) c
+                WHERE qp.ctid = ANY (v_tids) AND qp.id = c.pid
+            )
+            SELECT array_agg(n.i ORDER BY n.i), array_agg(n.id ORDER BY n.i), array_agg(n.pid ORDER BY n.i),
+                   array_agg(n.rn_seq ORDER BY n.i)
+              INTO v_oi, v_oid, v_opid, v_oseq
+            FROM numbered n;
+            v_ok := true;
+        EXCEPTION WHEN unique_violation THEN
+            v_ok := false;
+        END;
+    END IF;
     IF v_ok THEN
         RETURN QUERY
         SELECT u.i, 'queued'::text, u.id, u.pid, u.seq

@@ -296,8 +296,9 @@ SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
-    r      record;
-    v_tids tid[] := g_tids;
+    r        record;
+    v_tids   tid[] := g_tids;
+    v_pushes integer := 0;
 BEGIN
     BEGIN
         -- The rows still the ones taken. Taken in this transaction (g_tids): by ctid, only a version
@@ -352,6 +353,10 @@ BEGIN
                    array_agg(j.deliver_at ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS dats
             FROM j GROUP BY j.tenant ORDER BY j.tenant
         LOOP
+            v_pushes := v_pushes + 1;
+            IF v_pushes = 32 THEN  -- see queen_timers_fire_ready
+                PERFORM set_config('queen.push_careful', 'on', true);
+            END IF;
             -- Each pushed item meets its queue, key and deliverAt by a join on its index, never by a
             -- subscript: r.qs[i] of a text array walks the array from its start, so subscripting every
             -- item made the answer quadratic in the batch (measured: 21 -> 37 ms per 1,000 rows from a
@@ -772,8 +777,9 @@ SET enable_mergejoin = off
 AS $$
 #variable_conflict use_column
 DECLARE
-    r    record;
-    v_st text[];
+    r        record;
+    v_st     text[];
+    v_pushes integer := 0;
 BEGIN
     BEGIN
         FOR r IN
@@ -799,6 +805,15 @@ BEGIN
                    array_agg(g.deliver_at ORDER BY g.queue, g.partition, g.deliver_at, g.timer_key) AS dats
             FROM gone g GROUP BY g.tenant ORDER BY g.tenant
         LOOP
+            -- One push per tenant, and each push that writes as if all were new opens a subtransaction
+            -- (sql/functions/log.sql); past 64 in one transaction PostgreSQL's per-backend cache of them
+            -- overflows and every other session's snapshots pay for it while the fire runs. From the
+            -- 32nd tenant of a cycle the pushes take the careful statement (no subtransaction); the
+            -- setting ends with this function (its SET clauses scope it).
+            v_pushes := v_pushes + 1;
+            IF v_pushes = 32 THEN
+                PERFORM set_config('queen.push_careful', 'on', true);
+            END IF;
             v_st := ARRAY(
                 SELECT qp.st
                 FROM queen_push(r.tenant, r.qs, r.ps, r.ids, r.txns,
