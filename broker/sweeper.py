@@ -60,7 +60,9 @@ a sweeper early: a schedule that commits by itself on a worker whose sweeper is 
 sweeper in process (``expect``) and sends no NOTIFY; any other (inside a transaction bundle, on a worker
 whose sweeper is disabled, draining or stuck in a cycle) sends NOTIFY ``queen_timers`` (payload: the
 delay in ms), which wakes every sweeper. A full batch (or more due rows) means claim again at once. A cycle that claimed nothing while
-rows are due (their partitions are claimed by other sweepers) sleeps ``BLOCKED_SLEEP_MS`` (clamped).
+rows are due (their partitions are claimed by other sweepers) sleeps ``BLOCKED_SLEEP_MS`` (clamped); a take
+that took nothing reads the first due instant again at its end, so rows another sweeper fired while this
+one was taking do not count as due (both sweepers then slept 50 ms at once).
 
 Failures: a permanent one (not JSON, not zstd, an injected permanent fault, a statement the database
 refuses for this row) spends one attempt; a transient one (SQLSTATE 40001, 40P01, 08xxx, 53xxx,

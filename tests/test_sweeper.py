@@ -475,6 +475,32 @@ async def test_two_claims_at_the_same_moment_take_different_partitions(db):
         await first.close()
 
 
+async def test_a_take_whose_due_rows_vanish_before_its_lock_answers_the_next_due_instant_not_blocked(db):
+    """Another sweeper's fire commits between the take's first read of the due front and its partition
+    lock: the take gets the lock and finds the partition empty. It must answer when the next row is due
+    (read again), not the instant of the rows now gone: that answer (<= 0 with nothing taken) reads as
+    "blocked by another sweeper" and sleeps BLOCKED_SLEEP_MS, while the other sweeper, back after its
+    commit, finds this take's lock held and sleeps too (both asleep: 50 ms of fire lag for every timer
+    due meanwhile). The interleaving is made deterministic here: the lock this take calls is shadowed on
+    its session by one that first deletes the due rows, as that other fire did."""
+    _, conn = db
+    await schedule(conn, "t1", "q", ["gone"], delays=[-10])
+    await schedule(conn, "t1", "q", ["later"], delays=[3_000])
+    await conn.execute("""
+        CREATE FUNCTION public.pg_try_advisory_xact_lock(k1 integer, k2 integer) RETURNS boolean
+        LANGUAGE plpgsql AS $$
+        BEGIN
+            DELETE FROM queen_timers WHERE due_at <= now();  -- the other sweeper's fire, committed
+            RETURN pg_catalog.pg_try_advisory_xact_lock(k1, k2);
+        END $$""")
+    await conn.execute("SET search_path = public, pg_catalog")
+    rows = await conn.fetch(Q.timers_take, 100, None, False, 250)
+    assert [r["timer_key"] for r in rows if r["tenant"]] == []
+    [summary] = [r for r in rows if r["tenant"] is None]
+    assert 2_000 < summary["next_due_ms"] <= 3_000  # before the fix: about -10, and a 50 ms "blocked" sleep
+    assert [r["timer_key"] for r in await conn.fetch("SELECT timer_key FROM queen_timers")] == ["later"]
+
+
 async def test_pending_gauge_reads_the_per_tenant_counters(db):
     dsn, conn = db
     await schedule(conn, "t1", "q", ["a", "b"], delays=[60_000, 60_000])
