@@ -130,6 +130,7 @@ class Settings:
     sweeper_backoff_cap_ms: int = 300_000
     timers_vacuum_dead_rows: int = 5_000
     timers_vacuum_interval_ms: int = 2_000
+    timers_vacuum_cost_delay_ms: int = 2
     # --- cell-wide limits (a tenant's plan can only narrow these)
     max_payload_bytes: int = 1024 * 1024
     timers_row_quota: int = 1_000_000
@@ -199,6 +200,7 @@ class Settings:
             sweeper_backoff_cap_ms=_int(env, "QUEEN_SWEEPER_BACKOFF_CAP_MS", 300_000, 1),
             timers_vacuum_dead_rows=_int(env, "QUEEN_TIMERS_VACUUM_DEAD_ROWS", 5_000, 0, 100_000_000),
             timers_vacuum_interval_ms=_int(env, "QUEEN_TIMERS_VACUUM_INTERVAL_MS", 2_000, 100),
+            timers_vacuum_cost_delay_ms=_int(env, "QUEEN_TIMERS_VACUUM_COST_DELAY_MS", 2, 0, 100),
             max_payload_bytes=_int(env, "QUEEN_MAX_PAYLOAD_BYTES", 1024 * 1024, 1),
             timers_row_quota=_int(env, "QUEEN_TIMERS_ROW_QUOTA", 1_000_000, 0),
             rate_limit_per_s=_int(env, "QUEEN_RATE_LIMIT_PER_S", 0, 0),

@@ -5,6 +5,7 @@ vacuum removes the dead front of the due indexes that every claim walks."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import asyncpg
 import httpx
@@ -82,6 +83,31 @@ async def test_one_vacuum_at_a_time_across_workers(db):
         await holder.fetchval("SELECT pg_advisory_unlock(1364478286, 1)")
     assert (await conn.fetchrow(COUNTS))["vacuums"] == 0
     assert await vacuum.vacuum_once(pool, 1_000) is True
+
+
+async def test_the_vacuum_is_throttled_and_leaves_its_connection_as_it_found_it(pg):
+    """QUEEN_TIMERS_VACUUM_COST_DELAY_MS: the VACUUM pauses that long per vacuum_cost_limit of work (vacuuming
+    5,000 deleted rows dirties well over 200 cost units of pages: at 100 ms per pause it cannot finish
+    in under 0.2 s), and the pooled connection is handed back with the server's own setting."""
+    dsn = pg.new_db()
+    conn = await connect(dsn)
+    await conn.execute("ALTER TABLE queen_timers SET (autovacuum_enabled = false)")
+    await conn.execute("INSERT INTO queen_tenants (tenant) VALUES ('vac') ON CONFLICT DO NOTHING")
+    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=1)
+    try:
+        async with pool.acquire() as c:
+            default = await c.fetchval("SHOW vacuum_cost_delay")
+        await fired(conn, 5_000)
+        t0 = time.perf_counter()
+        assert await vacuum.vacuum_once(pool, 1_000, 100) is True
+        assert time.perf_counter() - t0 >= 0.2
+        assert (await conn.fetchrow(COUNTS))["vacuums"] == 1
+        async with pool.acquire() as c:
+            assert await c.fetchval("SHOW vacuum_cost_delay") == default
+            assert await c.fetchval("SELECT pg_try_advisory_lock(1364478286, 1)")  # the loop's lock released
+    finally:
+        await pool.close()
+        await conn.close()
 
 
 def test_a_broker_vacuums_what_its_sweeper_fired(start_broker):

@@ -32,8 +32,9 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
     RESET ALL): one round trip on every release, ~13% of a worker's CPU on a one-item push.
 
     Safe because pooled connections never carry session state: every advisory lock the broker takes on
-    them is transaction-scoped, LISTEN has its own connection (store/listen.py), nothing SETs a session
-    variable, and asyncpg still rolls back a transaction left open before this hook runs. The one
+    them is transaction-scoped (the timers-vacuum loop's session lock and its vacuum_cost_delay are undone
+    before it releases the connection), LISTEN has its own connection (store/listen.py), nothing else SETs
+    a session variable, and asyncpg still rolls back a transaction left open before this hook runs. The one
     deliberate per-connection object is queen_push's scratch temp table, whose rows vanish at commit.
     """
     return None

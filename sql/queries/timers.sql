@@ -175,6 +175,15 @@ FROM queen_usage_gauges WHERE tenant = $1;
 -- timers-vacuum loop's connection, released right after its VACUUM).
 SELECT pg_try_advisory_lock(1364478286, 1) AS locked;
 
+-- name: timers_vacuum_throttle
+-- The timers-vacuum loop's VACUUM pauses $1 ms each time it has done vacuum_cost_limit of work, as
+-- autovacuum does (QUEEN_TIMERS_VACUUM_COST_DELAY_MS). For this session, until timers_vacuum_unthrottle
+-- (pooled connections carry no session state: broker/store/pool.py).
+SELECT set_config('vacuum_cost_delay', $1::integer::text, false);
+
+-- name: timers_vacuum_unthrottle
+RESET vacuum_cost_delay;
+
 -- name: timers_vacuum_unlock
 SELECT pg_advisory_unlock(1364478286, 1);
 
