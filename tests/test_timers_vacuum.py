@@ -12,7 +12,8 @@ import httpx
 import pytest
 from helpers import Api, db_fetch, timer_op, wait_for
 
-from broker.store.pool import connect
+from broker.config import Settings
+from broker.store.pool import connect, create_pool
 from broker.timers import vacuum
 
 SEED = """
@@ -88,12 +89,13 @@ async def test_one_vacuum_at_a_time_across_workers(db):
 async def test_the_vacuum_is_throttled_and_leaves_its_connection_as_it_found_it(pg):
     """QUEEN_TIMERS_VACUUM_COST_DELAY_MS: the VACUUM pauses that long per vacuum_cost_limit of work (vacuuming
     5,000 deleted rows dirties well over 200 cost units of pages: at 100 ms per pause it cannot finish
-    in under 0.2 s), and the pooled connection is handed back with the server's own setting."""
+    in under 0.2 s), and the connection goes back to the broker's pool, which resets nothing on release,
+    with the server's own setting and without the loop's lock."""
     dsn = pg.new_db()
     conn = await connect(dsn)
     await conn.execute("ALTER TABLE queen_timers SET (autovacuum_enabled = false)")
     await conn.execute("INSERT INTO queen_tenants (tenant) VALUES ('vac') ON CONFLICT DO NOTHING")
-    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=1)
+    pool = await create_pool(Settings(), dsn, min_size=1, max_size=1)
     try:
         async with pool.acquire() as c:
             default = await c.fetchval("SHOW vacuum_cost_delay")
