@@ -487,8 +487,12 @@ async def bench_flat(admin: str, total: int, conc: int = 8) -> None:
         prev = end
     print("ops/s per decile: " + ", ".join(f"{r:,.0f}" for r in rates))
     print(f"overall {rate:,.0f} ops/s, batch p50 {ms(pct(lat, 50))} p99 {ms(pct(lat, 99))}")
+    # One decile lasts ~1.5 s on a fast host, and single deciles of unchanged code differ by up to 20 %
+    # (a checkpoint, an autovacuum pass of another table): the ratio of the medians of the first and
+    # last three deciles is printed beside the verdict, which keeps the decile-to-decile ratio.
+    robust = statistics.median(rates[-3:]) / statistics.median(rates[:3])
     row(f"ingest flat over {batches * 256:,}", f"last/first decile {rates[-1] / rates[0]:.2f}", ">= 0.90",
-        rates[-1] / rates[0] >= 0.9)
+        rates[-1] / rates[0] >= 0.9, f"(medians of the last / first three deciles: {robust:.2f})")
 
 
 async def bench_ops(url: str, seconds: float = 10.0, rate: int = 100) -> None:
