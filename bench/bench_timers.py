@@ -878,8 +878,8 @@ async def bench_profile(dsn: str, n: int = 20_000) -> None:
     await conn.execute("VACUUM ANALYZE queen_timers")
     await conn.execute("SELECT pg_stat_reset()")
     sw = Sweeper(dsn, SweeperConfig(batch=1000), Codec(1024), name="bench-profile")
-    phases = {"pack": 0.0, "fire": 0.0}
-    orig_pack, orig_commit = sw.pack, sw._commit
+    phases = {"pack": 0.0}
+    orig_pack = sw.pack
 
     def pack(rows):  # noqa: ANN001, ANN202
         t = time.perf_counter()
@@ -888,14 +888,7 @@ async def bench_profile(dsn: str, n: int = 20_000) -> None:
         finally:
             phases["pack"] += time.perf_counter() - t
 
-    async def commit(c, tok, p):  # noqa: ANN001, ANN202
-        t = time.perf_counter()
-        try:
-            return await orig_commit(c, tok, p)
-        finally:
-            phases["fire"] += time.perf_counter() - t
-
-    sw.pack, sw._commit = pack, commit  # type: ignore[method-assign]
+    sw.pack = pack  # type: ignore[method-assign]
     t0 = time.perf_counter()
     cycles = 0
     while True:
