@@ -29,15 +29,22 @@ FROM pg_stat_user_tables WHERE relname = 'queen_timers'
 
 
 @pytest.fixture
-async def db(pg):
+async def vac_db(pg):
+    """A fresh database whose queen_timers only the loop vacuums, with tenant 'vac': its DSN and a connection."""
     dsn = pg.new_db()
     conn = await connect(dsn)
     await conn.execute("ALTER TABLE queen_timers SET (autovacuum_enabled = false)")  # only the loop vacuums
     await conn.execute("INSERT INTO queen_tenants (tenant) VALUES ('vac') ON CONFLICT DO NOTHING")
+    yield dsn, conn
+    await conn.close()
+
+
+@pytest.fixture
+async def db(vac_db):
+    dsn, conn = vac_db
     pool = await asyncpg.create_pool(dsn, min_size=1, max_size=3)
     yield conn, pool
     await pool.close()
-    await conn.close()
 
 
 async def fired(conn: asyncpg.Connection, n: int) -> None:
@@ -86,15 +93,12 @@ async def test_one_vacuum_at_a_time_across_workers(db):
     assert await vacuum.vacuum_once(pool, 1_000) is True
 
 
-async def test_the_vacuum_is_throttled_and_leaves_its_connection_as_it_found_it(pg):
+async def test_the_vacuum_is_throttled_and_leaves_its_connection_as_it_found_it(vac_db):
     """QUEEN_TIMERS_VACUUM_COST_DELAY_MS: the VACUUM pauses that long per vacuum_cost_limit of work (vacuuming
     5,000 deleted rows dirties well over 200 cost units of pages: at 100 ms per pause it cannot finish
     in under 0.2 s), and the connection goes back to the broker's pool, which resets nothing on release,
     with the server's own setting and without the loop's lock."""
-    dsn = pg.new_db()
-    conn = await connect(dsn)
-    await conn.execute("ALTER TABLE queen_timers SET (autovacuum_enabled = false)")
-    await conn.execute("INSERT INTO queen_tenants (tenant) VALUES ('vac') ON CONFLICT DO NOTHING")
+    dsn, conn = vac_db
     pool = await create_pool(Settings(), dsn, min_size=1, max_size=1)
     try:
         async with pool.acquire() as c:
@@ -109,7 +113,6 @@ async def test_the_vacuum_is_throttled_and_leaves_its_connection_as_it_found_it(
             assert await c.fetchval("SELECT pg_try_advisory_lock(1364478286, 1)")  # the loop's lock released
     finally:
         await pool.close()
-        await conn.close()
 
 
 def test_a_broker_vacuums_what_its_sweeper_fired(start_broker):

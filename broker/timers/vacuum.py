@@ -47,8 +47,9 @@ async def vacuum_once(pool: asyncpg.Pool, dead_rows: int, cost_delay_ms: int = 0
             await conn.fetchval(Q.timers_vacuum_throttle, cost_delay_ms)
             await conn.execute(Q.timers_vacuum)
         finally:
-            await conn.execute(Q.timers_vacuum_unthrottle)
+            # The lock first: a session lock left on a pooled connection would stop every later vacuum.
             await conn.fetchval(Q.timers_vacuum_unlock)
+            await conn.execute(Q.timers_vacuum_unthrottle)
     TIMERS_VACUUMS.inc()
     log.debug("vacuumed queen_timers at %d dead rows", dead)
     return True
