@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.db import new_migrated_db, run_on_a_server  # noqa: E402
 from broker.ids import uuid7  # noqa: E402
-from broker.localserver import LocalBroker  # noqa: E402
+from broker.process.localserver import LocalBroker  # noqa: E402
 
 TENANT = "default"
 PAYLOAD = {"order": 42, "sku": "SKU-0042", "qty": 3, "note": "gift wrap"}

@@ -611,7 +611,7 @@ def main() -> None:
         if args.url:
             asyncio.run(main_async(args, args.url, args.broker_pid, args.db, cpp, server))
             return
-        from broker.localserver import LocalBroker
+        from broker.process.localserver import LocalBroker
 
         assert server is not None
         dsn = asyncio.run(make_db(server))

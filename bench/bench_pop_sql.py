@@ -11,7 +11,7 @@ the named partition (leased, and with autoAck), and the baseline, a bare ``SELEC
 rows' columns from queen_messages in offset order. It prints the median milliseconds per call and the
 ratio to the baseline.
 
-``--compare FILE`` loads another version of sql/functions/log.sql (e.g. ``git show main:sql/functions/log.sql
+``--compare FILE`` loads another version of broker/sql/functions/log.sql (e.g. ``git show main:broker/sql/functions/log.sql
 > /tmp/log_main.sql``) into a second database and alternates the two sample by sample, so both see the
 same machine load. ``--set-min N`` sets queen_pop's smallest batch for its set path on this tree's side
 (``queen.pop_set_min``, 0 = always). Numbers are printed; nothing is asserted. Not part of the test run.
@@ -46,7 +46,7 @@ async def prepare(server_dsn: str, functions: str | None, set_min: int | None, n
     conn = await asyncpg.connect(await new_migrated_db(server_dsn, "bench_pop_sql"))
     if functions is not None:
         await conn.execute(functions)
-    if set_min is not None:  # queen_pop's smallest batch for its set path (sql/functions/log.sql)
+    if set_min is not None:  # queen_pop's smallest batch for its set path (broker/sql/functions/log.sql)
         await conn.execute(f"SET queen.pop_set_min = {int(set_min)}")
     await conn.fetch("SELECT * FROM queen_push($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)", TENANT, ["q"] * n,
                      ["p"] * n, [uuid.uuid4() for _ in range(n)], [f"t{i}" for i in range(n)], [None] * n,

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.db import new_migrated_db, run_on_a_server  # noqa: E402
 from broker.ids import uuid7  # noqa: E402
-from broker.localserver import LocalBroker  # noqa: E402
+from broker.process.localserver import LocalBroker  # noqa: E402
 from broker.store.queries import Q  # noqa: E402
 
 TENANT = "default"

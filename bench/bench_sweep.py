@@ -1,6 +1,6 @@
 """The sweeper's take + fire of 1,000 due timers, against bare SQL doing the same read, insert and delete.
 
-Ours: one ``broker.sweeper.Sweeper.run_once()`` cycle, one transaction: the take statement
+Ours: one ``broker.timers.sweeper.Sweeper.run_once()`` cycle, one transaction: the take statement
 (``queen_timers_take``: tenant slices, partition locks, nothing written), packing in Python (JSON check,
 sealing) and the fire statement (``queen_timers_fire``: delete the taken rows by ctid and message id,
 ``queen_push`` into the log), then the commit ("packed": rows written by SQL); "in-db": rows stored as
@@ -24,7 +24,7 @@ import pytest
 
 from broker.codec import Codec
 from broker.store.queries import parse as parse_queries
-from broker.sweeper import Sweeper, SweeperConfig
+from broker.timers.sweeper import Sweeper, SweeperConfig
 
 N = 1000
 ROUNDS = 12

@@ -79,8 +79,8 @@ from bench.db import new_migrated_db  # noqa: E402
 from bench.httpconn import HttpError, Pool  # noqa: E402
 from broker.app import settle_heap  # noqa: E402
 from broker.codec import Codec  # noqa: E402
-from broker.localserver import LocalBroker  # noqa: E402
-from broker.sweeper import Sweeper, SweeperConfig  # noqa: E402
+from broker.process.localserver import LocalBroker  # noqa: E402
+from broker.timers.sweeper import Sweeper, SweeperConfig  # noqa: E402
 
 PAYLOAD = base64.b64encode(b'{"kind": "reminder", "n": 1}').decode()
 
@@ -107,7 +107,7 @@ FROM generate_series(1, $5::integer) AS g
 SEED_READY = [True]  # cleared by --seed-unready
 ENSURE_TENANT = "INSERT INTO queen_tenants (tenant) VALUES ($1) ON CONFLICT DO NOTHING"
 # "Never analyzed": autovacuum never runs ANALYZE on queen_timers while a scenario runs, so every claim
-# plans without column statistics. It still VACUUMs (sql/migrations/0022_timers_vacuum.sql): the dead
+# plans without column statistics. It still VACUUMs (broker/sql/migrations/0022_timers_vacuum.sql): the dead
 # rows of fired timers are what a vacuum removes, and a scenario that turned vacuum off measured the
 # dead rows its earlier scenarios left, not the pending volume.
 NO_ANALYZE = ("ALTER TABLE queen_timers SET (autovacuum_analyze_threshold = 2147483647, "

@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bench_log import PAYLOAD, items, make_db, prefill, sql_pop_ack, sql_push, timed  # noqa: E402
 from bench.db import run_on_a_server  # noqa: E402
-from broker.localserver import LocalBroker  # noqa: E402
+from broker.process.localserver import LocalBroker  # noqa: E402
 
 
 class Bodies:

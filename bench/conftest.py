@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from broker.localserver import LocalBroker
+from broker.process.localserver import LocalBroker
 
 
 def run_sync(coro: Coroutine[Any, Any, Any]) -> Any:

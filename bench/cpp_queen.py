@@ -22,7 +22,7 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from broker.localserver import free_port, http_get
+from broker.process.localserver import free_port, http_get
 
 
 def libpq_env(dsn: str) -> dict[str, str]:

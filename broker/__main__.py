@@ -1,3 +1,3 @@
-from broker.cli import main
+from broker.process.cli import main
 
 raise SystemExit(main())

@@ -21,7 +21,7 @@ from broker.auth import Principal, TokenVerifier
 from broker.codec import Codec
 from broker.config import Settings
 from broker.crypto import KeyRing
-from broker.loops import Loops
+from broker.process.loops import Loops
 from broker.store.listen import Notifier
 
 if TYPE_CHECKING:  # annotations only: broker.services imports the domain, which names Broker

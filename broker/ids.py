@@ -52,7 +52,7 @@ def uuid7_text(n: int) -> list[str]:
     return out
 
 
-# Partition ids (queen_partition_id in sql/functions/log.sql): a partition number n in a version-8
+# Partition ids (queen_partition_id in broker/sql/functions/log.sql): a partition number n in a version-8
 # UUID, 00000000-0000-8000 then n with its top two bits replaced by the variant (10). The framed pop
 # answer carries a partition as that u64; a client sends it back as a decimal string.
 _PARTITION_HEAD = bytes(6) + b"\x80\x00"

@@ -6,7 +6,7 @@
 Lifecycle (River's maintenance-service shape, driven by ``broker.app``):
 
 - ``start(broker)``: once boot has finished (migrations applied, pool open), subscribe the services to
-  their NOTIFY channels and start the supervised loops (``broker.loops``), in this order:
+  their NOTIFY channels and start the supervised loops (``broker.process.loops``), in this order:
   ``listen`` (the LISTEN connection), ``limits-refresh``, ``kv-pruner``, ``log-retention``,
   ``ephemeral-expiry``, ``timers-vacuum`` (unless ``QUEEN_TIMERS_VACUUM_DEAD_ROWS=0``), ``sweeper``
   (unless ``QUEEN_SWEEPER_ENABLED=0``). ``/health`` lists them under ``loops``.
@@ -34,10 +34,10 @@ from broker.limits import LimitsCache
 from broker.log import retention
 from broker.log.service import LogService
 from broker.log.waiters import CHANNEL as LOG_CHANNEL
-from broker.sweeper import CHANNEL as TIMERS_CHANNEL
-from broker.sweeper import Sweeper, SweeperConfig
 from broker.timers import vacuum as timers_vacuum
 from broker.timers.rider import RIDER as TIMERS_RIDER
+from broker.timers.sweeper import CHANNEL as TIMERS_CHANNEL
+from broker.timers.sweeper import Sweeper, SweeperConfig
 
 if TYPE_CHECKING:
     from broker.context import Broker

@@ -871,7 +871,7 @@ INFORMATIVE: tuple[tuple[str, str], ...] = (
 
 # Sentences of the README's "Message log" section that carry no id, and why (same audit as above).
 INFORMATIVE_LOG: tuple[tuple[str, str], ...] = (
-    ("Code: broker/log/ ..., sql/migrations/0010-0016_log_*.sql ...", "where our code lives, not wire behaviour"),
+    ("Code: broker/log/ ..., broker/sql/migrations/0010-0016_log_*.sql ...", "where our code lives, not wire behaviour"),
     ("DELETE /api/v1/resources/queues/{queue} ... 200 {deleted: true}", "needs the admin grant on tenant A's "
      "queues; deleting is destructive for a shared target (the missing-queue answer is CLI-DELETE-MISSING-QUEUE, "
      "on the operator's own tenant)"),

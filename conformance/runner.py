@@ -6,7 +6,7 @@
     queen conformance --list
 
 With no ``--url`` the runner starts a broker of its own (``queen serve`` through
-``broker.localserver.LocalBroker``) on an embedded PostgreSQL in a temporary directory, or on
+``broker.process.localserver.LocalBroker``) on an embedded PostgreSQL in a temporary directory, or on
 ``QUEEN_DATABASE_URL`` when set, with authentication on (a random ``QUEEN_JWT_SECRET``), the
 fault-injection hooks on and short sweeper timings; it mints the tokens for two tenants, an operator
 and the two single-grant credentials, and stops everything afterwards.
@@ -70,7 +70,7 @@ def mint_tokens(secret: str) -> dict[str, str]:
 @contextlib.contextmanager
 def local_broker(workers: int = 2) -> Iterator[tuple[str, dict[str, str]]]:
     """Start a broker (embedded PostgreSQL or QUEEN_DATABASE_URL), yield (url, tokens), stop it."""
-    from broker.localserver import LocalBroker
+    from broker.process.localserver import LocalBroker
 
     secret = secrets.token_urlsafe(24)
     with tempfile.TemporaryDirectory(prefix="queen-conformance-") as tmp:

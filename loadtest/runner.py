@@ -7,7 +7,7 @@ one-file ``report.html`` (verdict first, plots inline, machine and settings).
 
 Scenarios: ``timers_lag``, ``timers_schedule``, ``push_pop`` (Locust, headless, in a child process) and
 ``outage_deadlines`` (an asyncio program, see its module docstring). Without ``--url`` a broker is
-started for the run (``broker.localserver.LocalBroker``, embedded PostgreSQL in a temporary directory)
+started for the run (``broker.process.localserver.LocalBroker``, embedded PostgreSQL in a temporary directory)
 and stopped afterwards. Traffic goes only to that broker or to the URL given. Every run is bounded: the
 Locust child gets ``-t`` and ``--max-items`` and is killed if it overstays by 90 s (or on Ctrl-C).
 
@@ -81,7 +81,7 @@ def target(url: str | None, broker_workers: int, log_dir: Path) -> Iterator[str]
     if url:
         yield url.rstrip("/")
         return
-    from broker.localserver import LocalBroker
+    from broker.process.localserver import LocalBroker
 
     data = Path(tempfile.mkdtemp(prefix="queen-loadtest-"))
     b = LocalBroker(data_dir=data, workers=broker_workers, log_path=log_dir / "broker.log")
@@ -115,7 +115,7 @@ def run_locust(scenario: str, url: str, users: int, duration: float, out: Path, 
     proc: subprocess.Popen[bytes] | None = None
     try:
         if distributed > 0:
-            from broker.localserver import free_port
+            from broker.process.localserver import free_port
 
             port = free_port()
             cmd += ["--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),

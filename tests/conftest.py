@@ -30,7 +30,7 @@ import asyncpg
 import httpx
 import pytest
 
-from broker.localserver import LocalBroker
+from broker.process.localserver import LocalBroker
 from broker.store import migrate
 
 TEMPLATE = "queen_template"

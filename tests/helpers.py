@@ -37,7 +37,7 @@ import httpx
 from conftest import run_sync
 
 from broker.auth import mint
-from broker.localserver import LocalBroker
+from broker.process.localserver import LocalBroker
 from broker.store.queries import Q
 
 T = TypeVar("T")

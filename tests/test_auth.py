@@ -20,7 +20,7 @@ from helpers import dedicated_broker
 from broker.auth import GRANTS, Principal, TokenVerifier, mint
 from broker.config import Settings
 from broker.errors import Forbidden, Unauthenticated
-from broker.localserver import LocalBroker
+from broker.process.localserver import LocalBroker
 
 SECRET = "s3cret-for-tests"
 

@@ -8,7 +8,7 @@ import time
 
 import httpx
 
-from broker.localserver import http_get
+from broker.process.localserver import http_get
 
 
 def _booting_on_every_worker(url: str, workers: int, timeout: float = 20.0) -> dict[int, dict]:

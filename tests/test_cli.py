@@ -91,7 +91,7 @@ def test_delegated_commands_get_their_own_options():
 def run_without(module: str, *args: str) -> subprocess.CompletedProcess[str]:
     """``queen ARGS`` in a child where importing ``module`` fails as if it were not installed."""
     code = (f"import sys; sys.modules[{module!r}] = None\n"
-            "from broker.cli import main\n"
+            "from broker.process.cli import main\n"
             "raise SystemExit(main(sys.argv[1:]))")
     base = {k: v for k, v in os.environ.items() if not k.startswith("QUEEN_")}
     return subprocess.run([sys.executable, "-c", code, *args], env=base, capture_output=True, text=True, timeout=30)

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from broker.localserver import LocalBroker
+from broker.process.localserver import LocalBroker
 from conformance.mutants import MUTANTS
 from conformance.plugin import cluster_wide_contracts
 from conformance.runner import local_env, mint_tokens

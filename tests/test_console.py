@@ -15,7 +15,7 @@ from helpers import authed, dedicated_broker, timer_op, wait_for
 from playwright.sync_api import expect
 
 from broker.auth import mint
-from broker.localserver import LocalBroker
+from broker.process.localserver import LocalBroker
 
 pytestmark = pytest.mark.browser
 

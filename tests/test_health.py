@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from broker.localserver import http_get
+from broker.process.localserver import http_get
 
 
 def _until_every_worker(url: str, want: int, workers: int, timeout: float) -> tuple[float, dict[int, dict]]:

@@ -1,4 +1,4 @@
-"""The connection layer (broker/server.py), over raw sockets: aiohttp's own protocol errors answer in
+"""The connection layer (broker/process/server.py), over raw sockets: aiohttp's own protocol errors answer in
 the JSON envelope, and slow, idle and surplus connections are refused or closed in bounded time."""
 
 from __future__ import annotations

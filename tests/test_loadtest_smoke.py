@@ -15,7 +15,7 @@ import httpx
 import pytest
 from browser import launched, save_view, shot_on_failure
 
-from broker.localserver import LocalBroker
+from broker.process.localserver import LocalBroker
 from loadtest import runner
 from loadtest.outage_deadlines import DbClock
 

@@ -1,4 +1,4 @@
-"""queen_push's two paths (sql/functions/log.sql): a batch for one partition takes
+"""queen_push's two paths (broker/sql/functions/log.sql): a batch for one partition takes
 the fast path, a batch over several partitions the general one. Both must give the same rows for the
 same input: per-partition gapless offsets in item order, duplicates (stored or earlier in the batch)
 answered with the first message's id, queues/partitions created on first use and counted."""

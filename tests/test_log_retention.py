@@ -1,4 +1,4 @@
-"""Retention of the message log (queen_log_prune in sql/functions/log.sql, broker/log/retention.py):
+"""Retention of the message log (queen_log_prune in broker/sql/functions/log.sql, broker/log/retention.py):
 retentionSeconds and completedRetentionSeconds delete only the head of each partition, in bounded
 batches, one pruner per queue at a time; cursors below the new log start move up (or apply the floor
 at their next advance), and the storage gauge sees the deletes."""

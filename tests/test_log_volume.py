@@ -1,4 +1,4 @@
-"""The log's per-call cost must not grow with the queue (sql/functions/log.sql): a pop of one named
+"""The log's per-call cost must not grow with the queue (broker/sql/functions/log.sql): a pop of one named
 partition and a one-item ack touch that partition's rows, not every partition or cursor of the queue,
 whatever the planner knows (fresh tables, never analyzed, generic plans). And queen_ack's one-item
 fast path gives the same outcome as its general path around out-of-order acks and failures, as queen_pop's

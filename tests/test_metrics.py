@@ -12,7 +12,7 @@ from collections import Counter
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from broker.localserver import LocalBroker, http_get
+from broker.process.localserver import LocalBroker, http_get
 
 HEALTH_OK = {"route": "/health", "method": "GET", "status": "200"}
 

@@ -148,7 +148,7 @@ def test_queen_migrate_cli(pg):
     checksum = migrate.discover_functions().checksum[:12]
     assert out.stdout.splitlines() == [
         f"applied {len(versions)} migration(s): {versions}",
-        f"applied sql/functions (checksum {checksum})",
+        f"applied broker/sql/functions (checksum {checksum})",
     ]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "schema is up to date"
@@ -156,7 +156,7 @@ def test_queen_migrate_cli(pg):
 
 # The one index whose order crosses tenants, on purpose: the sweeper serves every tenant of its cell,
 # and which tenants have due timers (and when the next one is due) is the front of a single order of
-# due instants (sql/migrations/0023_timers_due_at.sql). A per-tenant walk cost every cycle a descent
+# due instants (broker/sql/migrations/0023_timers_due_at.sql). A per-tenant walk cost every cycle a descent
 # per tenant holding a timer: 105 ms beside 10,000 of them, against 3.4 ms. A tenant's rows still move
 # by tenant (its second column; every table and every other index leads with it).
 CROSS_TENANT_INDEXES = {"queen_timers_due_at"}
@@ -342,7 +342,7 @@ async def test_a_broken_function_file_changes_nothing(pg, tmp_path):
     conn = await asyncpg.connect(dsn)
     try:
         with pytest.raises(
-            migrate.MigrationError, match=r"^sql/functions/zz_broken.sql: UndefinedColumnError"
+            migrate.MigrationError, match=r"^broker/sql/functions/zz_broken.sql: UndefinedColumnError"
         ):
             await migrate.run(conn, functions_dir=d)
         assert await conn.fetchval("SELECT to_regproc('queen_kv_apply') IS NOT NULL"), "nothing was swept"

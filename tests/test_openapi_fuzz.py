@@ -30,7 +30,7 @@ from schemathesis import GenerationMode
 from schemathesis.config import SchemathesisConfig
 
 from broker.http.openapi import document
-from broker.localserver import LocalBroker
+from broker.process.localserver import LocalBroker
 
 METHODS = ("get", "put", "post", "delete", "patch")
 EXAMPLES = int(os.environ.get("QUEEN_FUZZ_EXAMPLES", "6"))

@@ -12,7 +12,7 @@ import time
 import httpx
 from conftest import uniq
 
-from broker.localserver import LocalBroker
+from broker.process.localserver import LocalBroker
 
 
 def _alive(pid: int) -> bool:

@@ -16,7 +16,7 @@ import httpx
 import orjson
 import pytest
 
-from broker.localserver import LocalBroker, free_port, http_get
+from broker.process.localserver import LocalBroker, free_port, http_get
 
 
 def _pid_to_worker(url: str, workers: int, timeout: float = 10.0) -> dict[int, int]:

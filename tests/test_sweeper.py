@@ -18,7 +18,7 @@ from helpers import take_and_lease
 from broker.codec import Codec
 from broker.store.pool import connect
 from broker.store.queries import Q
-from broker.sweeper import BLOCKED_SLEEP_MS, CycleResult, Sweeper, SweeperConfig, failure_class
+from broker.timers.sweeper import BLOCKED_SLEEP_MS, CycleResult, Sweeper, SweeperConfig, failure_class
 
 
 @pytest.fixture

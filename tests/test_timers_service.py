@@ -39,7 +39,7 @@ def test_only_what_the_fire_would_store_unchanged_is_ready(payload, zstd, thresh
     assert log_ready(broker, _op(payload, zstd)) is ready
 
 
-# --- queen_timers_apply's two ways in (sql/functions/timers.sql): a batch of new keys is one plain INSERT;
+# --- queen_timers_apply's two ways in (broker/sql/functions/timers.sql): a batch of new keys is one plain INSERT;
 # an existing key, a claimed one or a concurrent schedule of the same key sends the batch to the general
 # statement, with the same answers and nothing left behind by the attempt.
 
@@ -106,7 +106,7 @@ async def test_a_concurrent_schedule_of_the_same_key_waits_then_answers_by_what_
 
 
 async def test_a_timer_needs_its_tenant_and_a_tenant_with_timers_stays(conn):
-    """What the foreign key held, kept per statement (sql/migrations/0021_timer_tenant_check.sql): a timer
+    """What the foreign key held, kept per statement (broker/sql/migrations/0021_timer_tenant_check.sql): a timer
     of a tenant missing from queen_tenants is refused, whoever writes it; a tenant with timers cannot be
     deleted; one without can."""
     insert = ("INSERT INTO queen_timers (tenant, queue, timer_key, txn, message_id, payload, deliver_at, due_at) "

@@ -364,7 +364,7 @@ WHERE pg_stat_get_backend_pid(b.id) = pg_backend_pid()
 
 
 async def test_a_fire_over_many_tenants_keeps_its_subtransactions_cached(pg):
-    """Each push that writes a batch as if it were all new opens a subtransaction (sql/functions/log.sql),
+    """Each push that writes a batch as if it were all new opens a subtransaction (broker/sql/functions/log.sql),
     and a fire pushes once per tenant: a cycle over 80 tenants must not pass the 64 subtransactions a
     backend caches (past them every other session's snapshots pay while the fire runs), so from its
     32nd tenant the fire's pushes take the careful statement. Every row still fires once."""

@@ -4,7 +4,7 @@ A queue's declaration is an ordinary table; its contents (messages, group cursor
 counters) are UNLOGGED PostgreSQL tables: no WAL, still the one shared state of every worker and
 broker, judged by the database clock, and emptied when PostgreSQL recovers from a crash (a clean
 restart keeps them; a standby never has them). ``parse`` validates what clients send (pure),
-``service`` runs the named queries of ``sql/queries/ephemeral.sql`` (one round trip per call) and the
+``service`` runs the named queries of ``broker/sql/queries/ephemeral.sql`` (one round trip per call) and the
 long polls, woken by NOTIFY ``queen_ephemeral``.
 """
 

@@ -19,8 +19,8 @@ from broker.config import Settings
 from broker.ephemeral import parse
 from broker.errors import BadRequest, TooManyRequests
 from broker.log.waiters import Waiters
-from broker.loops import in_batches
 from broker.metrics import EPHEMERAL_MESSAGES
+from broker.process.loops import in_batches
 from broker.store.pool import Executor
 from broker.store.queries import Q
 

@@ -13,8 +13,8 @@ from collections.abc import Callable
 import asyncpg
 
 from broker.config import Settings
-from broker.loops import in_batches
 from broker.metrics import KV_PRUNED
+from broker.process.loops import in_batches
 from broker.store.pool import Executor
 from broker.store.queries import Q
 

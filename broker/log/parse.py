@@ -29,8 +29,8 @@ PUSH_ITEM_KEYS = frozenset({"queue", "partition", "payload", "transactionId", "t
 # extras it forwards), and what we do with it: leaseTime, retryLimit and the booleans are columns of
 # queen_queues; the rest are kept in queen_queues.options as given, and the ones that gate delivery or
 # admission (priority, delayedProcessing, windowBuffer, maxSize, retryDelay, maxWaitTimeSeconds) are
-# read back as generated columns by push and pop (sql/migrations/0010_queue_options.sql,
-# sql/functions/queue_options.sql); retentionSeconds/completedRetentionSeconds by the pruner. Every
+# read back as generated columns by push and pop (broker/sql/migrations/0010_queue_options.sql,
+# broker/sql/functions/queue_options.sql); retentionSeconds/completedRetentionSeconds by the pruner. Every
 # key is acted on: an unknown one is refused, none is stored and ignored.
 OPTION_INT = {"leaseTime": (1, 86_400 * 30), "retryLimit": (0, 1_000), "priority": (-1_000_000, 1_000_000),
               "delayedProcessing": (0, 86_400 * 365), "windowBuffer": (0, 86_400 * 365),

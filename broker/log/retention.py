@@ -1,6 +1,6 @@
 """Retention of the message log: the supervised ``log-retention`` loop of every worker.
 
-Each pass calls ``queen_log_prune(batch)`` (sql/functions/log.sql), which deletes, over
+Each pass calls ``queen_log_prune(batch)`` (broker/sql/functions/log.sql), which deletes, over
 every queue with a ``retentionSeconds`` / ``completedRetentionSeconds`` option, at most
 ``QUEEN_LOG_RETENTION_BATCH`` messages from the heads of their partitions, one statement per queue
 and batch. Workers do not collide: a queue is pruned by one worker at a time (a tried per-queue
@@ -16,8 +16,8 @@ from collections.abc import Callable
 import asyncpg
 
 from broker.config import Settings
-from broker.loops import in_batches
 from broker.metrics import LOG_PRUNED
+from broker.process.loops import in_batches
 from broker.store.pool import Executor
 from broker.store.queries import Q
 

@@ -50,7 +50,7 @@ def tuning(memory: int, disk_free: int) -> dict[str, str]:
     is cache, WAL allowed to grow to 1/20 of the free disk up to 8GB so checkpoints are spread by time,
     not forced by volume. Autovacuum looks at each database every 5 s instead of every minute: fired
     timers are deleted rows in front of every claim until a vacuum removes them (queen_timers is vacuumed
-    from 5,000 dead rows, sql/migrations/0022_timers_vacuum.sql), and at 1,000 fired/s a minute's wait
+    from 5,000 dead rows, broker/sql/migrations/0022_timers_vacuum.sql), and at 1,000 fired/s a minute's wait
     is 60,000 of them. Durability stays full: fsync and synchronous_commit keep their defaults (on).
     """
     shared = _clamp(memory // 8, 128 * MB, 4 * GB)

@@ -1,9 +1,9 @@
 """The schema: forward-only migrations for tables, plus function files re-applied when they change.
 
-- ``sql/migrations/NNNN_description.sql`` hold tables, sequences, indexes, constraints and seed rows.
+- ``broker/sql/migrations/NNNN_description.sql`` hold tables, sequences, indexes, constraints and seed rows.
   They are applied in order, each in its own transaction, recorded in ``queen_schema_migrations``, and
   never edited once applied (a recorded migration whose file changed is refused loudly).
-- ``sql/functions/*.sql`` hold every function body (and the triggers that bind them), each defined
+- ``broker/sql/functions/*.sql`` hold every function body (and the triggers that bind them), each defined
   once with ``CREATE OR REPLACE``. After the migrations, when the files' combined checksum differs
   from the one recorded in ``queen_schema_functions`` (or a migration was just applied), they are
   re-applied, in file name order, in ONE transaction, and every ``queen_*`` function and every
@@ -27,11 +27,11 @@ import hashlib
 import logging
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
+from importlib.resources.abc import Traversable
 
 import asyncpg
 
-from broker.store.queries import SQL_DIR
+from broker.store.queries import SQL_DIR, QueryError, sql_files
 
 log = logging.getLogger("queen.migrate")
 
@@ -113,9 +113,16 @@ class Outcome:
     dropped: list[str] = field(default_factory=list)  # stale routines and triggers dropped
 
 
-def discover(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
+def _files(directory: Traversable) -> list[Traversable]:
+    try:
+        return sql_files(directory)
+    except QueryError as exc:
+        raise MigrationError(str(exc)) from None
+
+
+def discover(directory: Traversable = MIGRATIONS_DIR) -> list[Migration]:
     found: list[Migration] = []
-    for path in sorted(directory.glob("*.sql")):
+    for path in _files(directory):
         m = _FILE.match(path.name)
         if not m:
             raise MigrationError(f"migration file {path.name!r} does not match NNNN_description.sql")
@@ -126,14 +133,15 @@ def discover(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
     return found
 
 
-def discover_functions(directory: Path = FUNCTIONS_DIR) -> Functions:
-    return Functions(tuple((p.name, p.read_text()) for p in sorted(directory.glob("*.sql"))))
+def discover_functions(directory: Traversable = FUNCTIONS_DIR) -> Functions:
+    """The function files; an empty set is refused (a broken install must never read as "none wanted")."""
+    return Functions(tuple((p.name, p.read_text()) for p in _files(directory)))
 
 
 async def run(
     conn: asyncpg.Connection,
-    directory: Path = MIGRATIONS_DIR,
-    functions_dir: Path | None = FUNCTIONS_DIR,
+    directory: Traversable = MIGRATIONS_DIR,
+    functions_dir: Traversable | None = FUNCTIONS_DIR,
     *,
     upto: int | None = None,
 ) -> Outcome:
@@ -209,7 +217,7 @@ async def _apply_functions(conn: asyncpg.Connection, functions: Functions) -> li
             try:
                 await conn.execute(sql)
             except asyncpg.PostgresError as exc:
-                raise MigrationError(f"sql/functions/{name}: {type(exc).__name__}: {exc}") from exc
+                raise MigrationError(f"broker/sql/functions/{name}: {type(exc).__name__}: {exc}") from exc
         touched = await conn.fetchval(
             "SELECT count(*) FROM pg_proc WHERE pronamespace = current_schema()::regnamespace"
             " AND xmin = pg_current_xact_id()::xid"
@@ -230,8 +238,8 @@ async def _apply_functions(conn: asyncpg.Connection, functions: Functions) -> li
 
 async def apply(
     conn: asyncpg.Connection,
-    directory: Path = MIGRATIONS_DIR,
-    functions_dir: Path | None = FUNCTIONS_DIR,
+    directory: Traversable = MIGRATIONS_DIR,
+    functions_dir: Traversable | None = FUNCTIONS_DIR,
     *,
     upto: int | None = None,
 ) -> list[int]:

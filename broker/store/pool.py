@@ -23,7 +23,7 @@ async def init_connection(conn: asyncpg.Connection) -> None:
     await conn.set_type_codec("jsonb", encoder=_dumps, decoder=orjson.loads, schema="pg_catalog")
     await conn.set_type_codec("json", encoder=_dumps, decoder=orjson.loads, schema="pg_catalog")
     # asyncpg introspects an array type the first time a statement uses it: done here, once (the query's
-    # comment in sql/queries/store.sql), not in the middle of a request.
+    # comment in broker/sql/queries/store.sql), not in the middle of a request.
     await conn.prepare(Q.store_warm_types)
 
 

@@ -1,4 +1,8 @@
-"""Named queries: ``sql/queries/*.sql`` files hold blocks that start with ``-- name: <name>``.
+"""Named queries: ``broker/sql/queries/*.sql`` files hold blocks that start with ``-- name: <name>``.
+
+The SQL ships inside the package and is read through ``importlib.resources``, so a wheel installed
+anywhere finds it exactly as a checkout does; a directory without one ``.sql`` file is an error at load
+time (a broken install never looks like "no queries wanted").
 
 Loaded once at start into ``QUERIES``; code refers to a query by its name (``Q.timer_schedule``), so SQL
 never lives in f-strings next to handlers. A duplicate name across files is an error at load time.
@@ -7,9 +11,10 @@ never lives in f-strings next to handlers. A duplicate name across files is an e
 from __future__ import annotations
 
 import re
-from pathlib import Path
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 
-SQL_DIR = Path(__file__).resolve().parent.parent.parent / "sql"
+SQL_DIR: Traversable = files("broker") / "sql"
 _NAME = re.compile(r"^--\s*name:\s*([A-Za-z_][A-Za-z0-9_]*)\s*$")
 
 
@@ -61,10 +66,21 @@ class Queries:
         return sorted(self._q)
 
 
-def load(directory: Path | None = None) -> Queries:
+def sql_files(directory: Traversable) -> list[Traversable]:
+    """The ``*.sql`` files of a shipped SQL directory, in name order; none at all is an error."""
+    found = sorted(
+        (p for p in directory.iterdir() if p.name.endswith(".sql") and p.is_file()) if directory.is_dir() else (),
+        key=lambda p: p.name,
+    )
+    if not found:
+        raise QueryError(f"no .sql files in {directory}: the installed package is incomplete (reinstall it)")
+    return found
+
+
+def load(directory: Traversable | None = None) -> Queries:
     directory = directory or SQL_DIR / "queries"
     merged: dict[str, str] = {}
-    for path in sorted(directory.glob("*.sql")):
+    for path in sql_files(directory):
         for name, sql in parse(path.read_text(), str(path)).items():
             if name in merged:
                 raise QueryError(f"{path}: query {name!r} already defined in another file")

@@ -1,4 +1,4 @@
-"""The streams domain over the named queries: one statement per route (``sql/queries/streams.sql``).
+"""The streams domain over the named queries: one statement per route (``broker/sql/queries/streams.sql``).
 
 Answers (docs/protocol.md §11, read from the official client's streams runtime):
   - register: ``{"success": true, "query_id", "name", "config_hash", "fresh", "reset"}``; a different

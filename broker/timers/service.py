@@ -37,7 +37,7 @@ from broker.timers.status import iso_us, result, status_of
 
 if TYPE_CHECKING:
     from broker.context import Broker
-    from broker.sweeper import Sweeper
+    from broker.timers.sweeper import Sweeper
 
 log = logging.getLogger("queen.timers")
 
@@ -249,7 +249,7 @@ async def _notify_others(broker: Broker, delay_ms: int) -> None:
 
 def log_ready(broker: Broker, op: TimerOp) -> bool:
     """queen_timers.payload_ready: the payload as sent is already what the fire would store in the log,
-    so the sweeper fires it without a pass through Python (sql/migrations/0018_timer_payload_ready.sql):
+    so the sweeper fires it without a pass through Python (broker/sql/migrations/0018_timer_payload_ready.sql):
     not zstd, below the compression threshold (above it the fire may compress), and JSON by the very check
     the sweeper's pack makes (orjson). Anything else is stored as before and judged at the fire (a payload
     that is not JSON still fails there, permanently, and reaches the DLQ)."""

@@ -2,7 +2,7 @@
 autovacuum settings.
 
 A fired timer is a deleted row. Its entries stay at the front of the due indexes, which every take
-walks from the start, until a vacuum removes them (sql/migrations/0022_timers_vacuum.sql has the
+walks from the start, until a vacuum removes them (broker/sql/migrations/0022_timers_vacuum.sql has the
 measurements). The migration asks autovacuum to come at 5,000 dead rows, but autovacuum looks at a
 database only every ``autovacuum_naptime`` (a minute by default: 60,000 dead rows at 1,000 fired/s) and
 an operator may have tuned it otherwise. So every ``QUEEN_TIMERS_VACUUM_INTERVAL_MS`` each worker reads

@@ -1,0 +1,12 @@
+-- queen_timers.tenant must name a row of queen_tenants: the sweeper finds due timers by walking
+-- queen_tenants (0003_timers.sql), so a timer of a missing tenant would never fire. A foreign key held
+-- that until now, at the price of one check per inserted row, each taking a key-share lock on the same
+-- tenant row (with 8 transactions inserting for one tenant, a new multixact per lock): 2-4 ms of a
+-- 256-timer schedule's 15-20 ms of database time with 8 concurrent callers (PostgreSQL 15,
+-- pg_stat_statements; 9 us per check against 2 us with one caller).
+-- The same invariant is now kept per statement, by two triggers on one function of
+-- broker/sql/functions/timers.sql (queen_timers_tenant_check): an INSERT into queen_timers checks and key-share
+-- locks each distinct tenant once and fails with foreign_key_violation (23503) if one is missing, as the
+-- foreign key did; a DELETE from queen_tenants of a tenant that still has timers fails the same way.
+-- Not checked any more: an UPDATE of queen_timers.tenant (nothing updates that column).
+ALTER TABLE queen_timers DROP CONSTRAINT queen_timers_tenant_fk;

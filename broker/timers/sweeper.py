@@ -1,0 +1,606 @@
+"""The sweeper: fires due timers into the log (docs/decisions.md §3).
+
+Shape: ``SweeperConfig`` (from Settings) + ``Sweeper.run()`` (the supervised loop) + ``run_once()`` (one
+cycle, testable alone). Every worker runs one (started by ``broker.services``), unless ``QUEEN_SWEEPER_ENABLED=0``.
+
+One cycle, on the sweeper's own connection, in ONE transaction (the transaction is the claim). The usual
+cycle is a single statement, its own transaction (no BEGIN and COMMIT round trips: ~0.5 ms of a 3.5 ms
+small cycle): ``queen_timers_sweep`` takes, and when every row taken is ready (its payload was judged JSON
+at schedule or sealed then, and no fault is injected) fires them with ``queen_timers_fire_ready``, no
+payload leaving the database. When rows need the pack, that statement takes nothing and answers
+'unready'; the cycle then runs the steps below inside a transaction, and so do the following cycles
+until one finds nothing to pack (with the test hooks' faults on, every cycle does):
+  1. take    ``queen_timers_sweep`` (which takes with ``queen_timers_take``; ready rows are fired by the
+             same statement, as above):
+             up to ``QUEEN_SWEEPER_BATCH`` due rows, read and not written: the
+             partitions they come from are locked (transaction advisory locks) until the commit, so no
+             other sweeper takes them; every tenant with due rows gets an equal slice of the batch (at
+             most QUEEN_SWEEPER_TENANT_SLICE rows while several are due) and the walk over tenants
+             rotates, so one tenant's burst cannot starve another's timers (the walk covers the tenants
+             with due timers, the front of the (due_at, tenant) index: a tenant with none costs nothing).
+             A due set of 200+ rows that fits one batch and has just become due is split into
+             whole-partition shares, one per worker (``SweeperConfig.peers``, set on the session as
+             ``queen.sweeper_peers``), so the sweepers that wake at its instant fire it side by side.
+  2. pack    in Python: decompress the client's zstd, check the payload is JSON, seal it in the log's
+             stored format (an encrypted payload was sealed at schedule and moves untouched).
+  3. fire    ``queen_timers_fire`` (no token): delete exactly the rows taken that are unchanged (same ctid
+             and message id: a row cancelled or rescheduled while it was packed is skipped) and push
+             exactly those through ``queen_push`` (message id, txn and producer sub of the timer), in
+             (queue, partition, deliverAt) order; failed rows get a backoff and, at the attempt budget,
+             a synthetic DLQ row (consumer group ``__timers__``). Then COMMIT.
+The sweeper's connection commits without waiting for the WAL flush (``synchronous_commit`` off,
+``timers_sweeper_session``): a fire lost in a database crash loses its deletes with its pushes, so the
+timers fire again, and whoever saw the messages through a write of its own flushed the fire with it.
+A take rewrites no row, so a burst costs one delete per timer (the former claim stamped each row first:
+four index entries per row, more than half of a cycle). A crash rolls the transaction back: the rows
+were never touched and are due again at once. A hung sweeper's open transaction is ended by the
+database after ``QUEEN_SWEEPER_LEASE_MS`` idle, at least 1 s (``idle_in_transaction_session_timeout``).
+A cancel or reschedule meets the fire only during its delete-to-commit window: it waits for the commit and then
+finds the row gone (``absent``; a reschedule then schedules anew), or, if the fire rolled back, acts on
+the row. The rows of a cycle that must hold them while nothing happens (an injected stall, the test
+hooks) are LEASED instead (``queen_timers_lease``: claim token, ``claimed_until`` from the clock at the
+stamp) and the transaction commits; while leased a cancel or reschedule answers ``too_late`` and peek
+says ``claimed``; the fire then goes by token (``queen_timers_fire``) in autocommit.
+
+Order without a leader: every sweeper takes and fires at the same time, and takes are
+partition-exclusive (``queen_timers_take`` in ``broker/sql/functions/timers.sql``). A take reads due rows only
+from (tenant, queue, partition) groups no live lease holds, always a partition's earliest due rows,
+and two sweepers cannot hold one partition (a transaction advisory lock per partition, then the
+live-lease check in a fresh snapshot). So each batch holds whole partitions' due prefixes, fired in
+deliverAt order; a partition's later rows can be taken only after that fire committed (or rolled back,
+or a lease expired or was handed back). Different sweepers fire different partitions in parallel; one
+partition is fired by one sweeper at a time. A row that becomes due while its partition is held waits
+for the next cycle; a lease blocks its own partition until it ends, nothing else. A re-fire after a
+lost commit meets queen_push's (partition, txn) idempotency and is a duplicate, never a frame.
+
+Wake-ups: sleep until the earliest due instant, as computed by the database (milliseconds from the
+cycle's BEGIN, so the wake-up is counted from the cycle's start, not its end), clamped to
+[QUEEN_SWEEPER_MIN_SLEEP_MS, QUEEN_SWEEPER_MAX_SLEEP_MS]. A timer due sooner than the max sleep wakes
+a sweeper early: a schedule that commits by itself on a worker whose sweeper is ``awake`` wakes that
+sweeper in process (``expect``) and sends no NOTIFY; any other (inside a transaction bundle, on a worker
+whose sweeper is disabled, draining or stuck in a cycle) sends NOTIFY ``queen_timers`` (payload: the
+delay in ms), which wakes every sweeper. A full batch (or more due rows) means claim again at once. A cycle that claimed nothing while
+rows are due (their partitions are claimed by other sweepers) sleeps ``BLOCKED_SLEEP_MS`` (clamped); a take
+that took nothing reads the first due instant again at its end, so rows another sweeper fired while this
+one was taking do not count as due (both sweepers then slept 50 ms at once).
+
+Failures: a permanent one (not JSON, not zstd, an injected permanent fault, a statement the database
+refuses for this row) spends one attempt; a transient one (SQLSTATE 40001, 40P01, 08xxx, 53xxx,
+57xxx, an injected transient fault) spends none. Both clear the claim and back off exponentially
+(``QUEEN_SWEEPER_BACKOFF_BASE_MS`` doubling up to ``..._CAP_MS``): the row is not claimed, so it can
+be cancelled. After ``QUEEN_SWEEPER_MAX_ATTEMPTS`` the row moves to its queue's DLQ. A fire of taken
+rows that the database refuses is undone inside the function (the transaction and its partition locks
+stay), and the rows at fault are then found one at a time, or backed off, in the same transaction.
+
+Only an operator stops the fire (``POST /api/v1/admin/timers/sweeper {"paused": true}``); no quota,
+storage or pause rung of the limits does. Drain (SIGTERM): stop taking, let a cycle in flight commit,
+interrupt a stalled cycle, hand back leases still held so another sweeper fires those rows at once
+instead of after the lease.
+
+Gauges: ``queen_timers_pending`` is the sum of the per-tenant pending counters kept by triggers
+(``queen_usage_gauges``, ``broker/sql/functions/limits.sql``), read every ``PENDING_EVERY_S``; ``queen_sweeper_fired`` is this
+worker's own fired count (one series per process), which shows the fire is shared.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import socket
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+import orjson
+
+from broker.codec import CODEC_RAW, Codec, CodecError
+from broker.config import Settings
+from broker.metrics import (
+    MESSAGES_PUSHED,
+    SWEEP_CYCLE,
+    SWEEP_SLEEP,
+    SWEEPER_FIRED,
+    TIMERS_DLQ,
+    TIMERS_FIRE_FAILED,
+    TIMERS_FIRE_LAG,
+    TIMERS_FIRED,
+    TIMERS_PENDING,
+)
+from broker.store.failures import DB_DOWN
+from broker.store.pool import connect
+from broker.store.queries import Q
+
+log = logging.getLogger("queen.sweeper")
+
+CHANNEL = "queen_timers"
+BLOCKED_SLEEP_MS = 50
+TRANSIENT_PREFIXES = ("08", "53", "57")
+TRANSIENT_STATES = frozenset({"40001", "40P01"})
+PENDING_EVERY_S = 5.0
+STUCK_CYCLE_S = 0.25  # a cycle in flight longer than this cannot be relied on to see a new timer soon
+IDLE_FLOOR_MS = 1_000  # a fire transaction idle this long is hung whatever the lease (never a slow pack)
+
+
+def failure_class(exc: BaseException) -> str:
+    """``transient`` (costs no attempt) or ``permanent`` (spends one) for a failed commit."""
+    state = getattr(exc, "sqlstate", None)
+    if isinstance(exc, DB_DOWN):  # incl. InternalClientError: a connection broken mid-protocol
+        return "transient"
+    if state and (state in TRANSIENT_STATES or state.startswith(TRANSIENT_PREFIXES)):
+        return "transient"
+    return "permanent"
+
+
+@dataclass(frozen=True)
+class SweeperConfig:
+    lease_ms: int = 30_000
+    min_sleep_ms: int = 1
+    max_sleep_ms: int = 1_000
+    batch: int = 1_000
+    tenant_slice: int = 250
+    max_attempts: int = 5
+    backoff_base_ms: int = 500
+    backoff_cap_ms: int = 300_000
+    faults: bool = False  # honour the test hooks' injected faults
+    peers: int = 1  # sweepers sharing the database (this broker's workers): a cycle takes its share of a small due set
+
+    @classmethod
+    def from_settings(cls, s: Settings) -> SweeperConfig:
+        return cls(
+            lease_ms=s.sweeper_lease_ms,
+            min_sleep_ms=s.sweeper_min_sleep_ms,
+            max_sleep_ms=s.sweeper_max_sleep_ms,
+            batch=s.sweeper_batch,
+            tenant_slice=s.sweeper_tenant_slice,
+            max_attempts=s.sweeper_max_attempts,
+            backoff_base_ms=s.sweeper_backoff_base_ms,
+            backoff_cap_ms=s.sweeper_backoff_cap_ms,
+            faults=s.test_hooks,
+            peers=s.workers,
+        )
+
+    def clamp_sleep_ms(self, next_due_ms: int | None) -> int:
+        if next_due_ms is None:
+            return self.max_sleep_ms
+        return max(self.min_sleep_ms, min(self.max_sleep_ms, next_due_ms))
+
+
+@dataclass
+class CycleResult:
+    paused: bool = False
+    claimed: int = 0
+    fired: int = 0
+    duplicates: int = 0
+    backoff: int = 0
+    dlq: int = 0
+    next_due_ms: int | None = None
+    lags: list[float] = field(default_factory=list)
+    began_at: float = 0.0  # event-loop clock when the cycle's transaction began (next_due_ms counts from it)
+
+    def more_due(self, batch: int) -> bool:
+        """Claim again at once: the batch was full, or rows were left due by the tenant slices."""
+        if self.claimed >= batch:
+            return True
+        return self.claimed > 0 and self.next_due_ms is not None and self.next_due_ms <= 0
+
+
+class _FireError(Exception):
+    """A fire of taken rows that the database refused (its work undone, the transaction still open)."""
+
+    def __init__(self, sqlstate: str, message: str) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+
+
+class _Stopped(Exception):
+    """The sweeper is draining: abandon the cycle; its claims are handed back by ``stop``."""
+
+
+@dataclass
+class _Packed:
+    g_tenants: list[str] = field(default_factory=list)
+    g_queues: list[str] = field(default_factory=list)
+    g_keys: list[str] = field(default_factory=list)
+    g_ids: list[uuid.UUID | None] = field(default_factory=list)
+    g_tids: list[Any] = field(default_factory=list)  # ctids of rows taken in this transaction
+    g_payloads: list[bytes | None] = field(default_factory=list)
+    g_codecs: list[int] = field(default_factory=list)
+    f_tenants: list[str] = field(default_factory=list)
+    f_queues: list[str] = field(default_factory=list)
+    f_keys: list[str] = field(default_factory=list)
+    f_ids: list[uuid.UUID | None] = field(default_factory=list)
+    f_errors: list[str] = field(default_factory=list)
+    f_costs: list[int] = field(default_factory=list)
+    f_wrap: list[bool] = field(default_factory=list)
+
+    def fail(self, row: Any, error: str, klass: str, *, bad_payload: bool = False) -> None:
+        """``bad_payload``: the payload itself is the failure; the DLQ keeps it inside a JSON envelope."""
+        self.f_tenants.append(row["tenant"])
+        self.f_queues.append(row["queue"])
+        self.f_keys.append(row["timer_key"])
+        self.f_ids.append(row.get("message_id"))
+        self.f_errors.append(error)
+        self.f_costs.append(0 if klass == "transient" else 1)
+        self.f_wrap.append(bad_payload)
+        TIMERS_FIRE_FAILED.labels(klass).inc()
+
+    def good_row(self, i: int) -> dict[str, Any]:
+        return {"tenant": self.g_tenants[i], "queue": self.g_queues[i], "timer_key": self.g_keys[i],
+                "message_id": self.g_ids[i], "tid": self.g_tids[i]}
+
+    def good(self, row: Any, payload: bytes | None, codec: int) -> None:
+        self.g_tenants.append(row["tenant"])
+        self.g_queues.append(row["queue"])
+        self.g_keys.append(row["timer_key"])
+        self.g_ids.append(row.get("message_id"))
+        self.g_tids.append(row.get("tid"))
+        self.g_payloads.append(payload)
+        self.g_codecs.append(codec)
+
+
+class Sweeper:
+    def __init__(self, dsn: str, config: SweeperConfig, codec: Codec, *, name: str | None = None) -> None:
+        self.dsn = dsn
+        self.config = config
+        self.codec = codec
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.conn: asyncpg.Connection | None = None
+        self.cursor: str | None = None
+        self.held: set[uuid.UUID] = set()
+        self.cycles = 0
+        self.fired = 0  # timers this sweeper fired (the per-process gauge queen_sweeper_fired)
+        self._wake = asyncio.Event()
+        self._notify_at = math.inf
+        self._stopping = asyncio.Event()
+        self._cycle_lock = asyncio.Lock()
+        self._last_pending = 0.0
+        self._running = False  # inside run() (a supervised restart sets it again)
+        self._cycle_since: float | None = None  # event-loop clock when the cycle in flight began
+        self._in_tx = False  # the last cycle found rows to pack: take inside a transaction until none are
+
+    # ---------------------------------------------------------------- wake-ups
+    def notify(self, payload: str) -> None:
+        """NOTIFY queen_timers: a timer due in ``payload`` ms was committed; wake no later than that.
+        A notification that arrives during a cycle is kept and shortens the sleep that follows it."""
+        try:
+            delay_ms = max(0, int(payload or 0))
+        except ValueError:
+            delay_ms = 0
+        self.expect(asyncio.get_running_loop().time() + delay_ms / 1000)
+
+    def expect(self, at: float) -> bool:
+        """A timer due at ``at`` (event-loop clock) was committed: wake no later than that (kept if a
+        cycle is running: the sleep after it is shortened). False when this sweeper is stopping, so the
+        caller must tell the others (``broker.timers.service``: a schedule committed on this worker wakes
+        this worker's sweeper in process and sends no NOTIFY)."""
+        if self._stopping.is_set():
+            return False
+        if at < self._notify_at:
+            self._notify_at = at
+        self._wake.set()
+        return True
+
+    @property
+    def awake(self) -> bool:
+        """Running, not draining and not stuck in a cycle (one in flight for over ``STUCK_CYCLE_S``: an
+        injected stall, a slow statement): a timer committed on this worker now will be seen by this
+        sweeper's next cycle in time."""
+        if not self._running or self._stopping.is_set():
+            return False
+        since = self._cycle_since
+        return since is None or asyncio.get_running_loop().time() - since < STUCK_CYCLE_S
+
+    def wake_at(self, res: CycleResult) -> float:
+        """When to start the next cycle after ``res`` (event-loop clock): the database's answer of how
+        long until the earliest row is due, counted from the moment the cycle's transaction began (the
+        instant the database measured it from, not the end of the cycle: a cycle that took 10 ms would
+        otherwise sleep 10 ms past the due instant), clamped to [min_sleep, max_sleep]."""
+        next_due = res.next_due_ms
+        if not res.claimed and next_due is not None and next_due <= 0:
+            next_due = BLOCKED_SLEEP_MS  # due rows, all in partitions other sweepers hold
+        return res.began_at + self.config.clamp_sleep_ms(next_due) / 1000
+
+    async def _sleep_until(self, wake_at: float) -> None:
+        """Sleep until ``wake_at`` (event-loop clock), or the earlier instant a NOTIFY asked for."""
+        loop = asyncio.get_running_loop()
+        while not self._stopping.is_set():
+            wake_at = min(wake_at, self._notify_at)
+            self._notify_at = math.inf
+            remaining = wake_at - loop.time()
+            if remaining <= 0:
+                return
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=remaining)
+            except TimeoutError:
+                return
+
+    # ---------------------------------------------------------------- the loop
+    async def _ensure_conn(self) -> asyncpg.Connection:
+        if self.conn is None or self.conn.is_closed():
+            conn = await connect(self.dsn)
+            await conn.execute(Q.timers_sweeper_session, max(self.config.lease_ms, IDLE_FLOOR_MS), self.config.peers)
+            self.conn = conn
+        return self.conn
+
+    async def run(self) -> None:
+        """The supervised loop body; returns only when stopping."""
+        self._running = True
+        try:
+            while not self._stopping.is_set():
+                res = await self.run_once()
+                if self._stopping.is_set():
+                    break
+                if res.more_due(self.config.batch):
+                    await asyncio.sleep(0)
+                    continue
+                wake_at = self.wake_at(res)
+                SWEEP_SLEEP.observe(max(0.0, wake_at - asyncio.get_running_loop().time()))
+                await self._sleep_until(wake_at)
+        except _Stopped:
+            pass
+        except BaseException:
+            # Start the next run from a clean connection; claims held expire after the lease.
+            self._running = False
+            await self._drop_conn()
+            raise
+        await asyncio.Event().wait()  # drained: idle until the loop is cancelled, never restarted
+
+    async def _drop_conn(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None and not conn.is_closed():
+            conn.terminate()
+
+    async def run_once(self) -> CycleResult:
+        """One cycle: claim, pack, commit."""
+        async with self._cycle_lock:
+            if self._stopping.is_set():
+                raise _Stopped
+            conn = await self._ensure_conn()
+            started = time.perf_counter()
+            self._cycle_since = asyncio.get_running_loop().time()
+            try:
+                res = await self._cycle(conn)
+            finally:
+                self._cycle_since = None
+            if res.claimed:
+                SWEEP_CYCLE.observe(time.perf_counter() - started)
+            self.cycles += 1
+            await self._maybe_count_pending(conn)
+            return res
+
+    async def _cycle(self, conn: asyncpg.Connection) -> CycleResult:
+        """One fire transaction; its rows are counted (metrics, ``res``) after its commit, not before it:
+        per fired row that is a histogram observation, and ~2 ms of a 1,000-row cycle spent while the
+        transaction, its partition locks and the consumers' wake-up (the NOTIFY at commit) waited."""
+        res = CycleResult(began_at=asyncio.get_running_loop().time())
+        out = await self._fire_cycle(conn, res)
+        self._account(res, out)
+        return res
+
+    async def _fire_cycle(self, conn: asyncpg.Connection, res: CycleResult) -> list[Any]:
+        cfg = self.config
+        if not (self._in_tx or cfg.faults):
+            # The usual cycle: one statement that is its own transaction (no BEGIN and COMMIT round
+            # trips), taking and firing ready rows. Rows to pack come back as 'unready' (nothing taken):
+            # this cycle takes them again inside a transaction, and so do the next ones (_in_tx) until a
+            # cycle finds nothing to pack.
+            rows = await conn.fetch(Q.timers_sweep, cfg.batch, self.cursor, False, cfg.tenant_slice,
+                                    cfg.max_attempts, cfg.backoff_base_ms, cfg.backoff_cap_ms, False)
+            _, fired, unready = self._read_sweep(rows, res)
+            if not unready:
+                return fired
+            self._in_tx = True
+        async with conn.transaction():
+            rows = await conn.fetch(Q.timers_sweep, cfg.batch, self.cursor, cfg.faults, cfg.tenant_slice,
+                                    cfg.max_attempts, cfg.backoff_base_ms, cfg.backoff_cap_ms, True)
+            taken, fired, _ = self._read_sweep(rows, res)
+            if not taken:
+                self._in_tx = False
+                return fired  # every row was ready: fired by the database (or nothing taken)
+            packed = self.pack(taken)
+            stall_ms = max((r["stall_ms"] or 0 for r in taken if r["fault"] == "stall"), default=0)
+            if not stall_ms:
+                # The common case: fire in the transaction that took the rows, then commit.
+                return await self._settle(conn, None, packed)
+            # Rows to hold while nothing happens (an injected stall): lease them and commit, so no
+            # transaction stays open across the wait; the fire then goes by token.
+            token = uuid.uuid4()
+            self.held.add(token)
+            await conn.fetch(Q.timers_lease, token, cfg.lease_ms, self.name, [r["tenant"] for r in taken],
+                             [r["queue"] for r in taken], [r["timer_key"] for r in taken],
+                             [r["message_id"] for r in taken])
+        await self._stall(stall_ms)
+        out = await self._settle(conn, token, packed)
+        self.held.discard(token)
+        return out
+
+    def _read_sweep(self, rows: list[Any], res: CycleResult) -> tuple[list[Any], list[Any], bool]:
+        """Split a sweep's answer into rows taken (to pack), rows fired and whether it found rows to pack
+        outside a transaction ('unready'); the summary goes into ``res``."""
+        taken, fired, unready = [], [], False
+        for r in rows:
+            kind = r["kind"]
+            if kind == "summary":
+                res.next_due_ms = r["next_due_ms"]
+                res.paused = bool(r["paused"])
+                res.claimed = r["taken"] or 0
+                if res.claimed:
+                    self.cursor = r["tenant"]
+            elif kind == "taken":
+                taken.append(r)
+            elif kind == "unready":
+                unready = True
+            else:
+                fired.append(r)
+        return taken, fired, unready
+
+    async def _settle(self, conn: asyncpg.Connection, token: uuid.UUID | None, packed: _Packed) -> list[Any]:
+        """Fire ``packed``; a failed fire falls back to one row at a time (permanent) or backoff for all."""
+        try:
+            return await self._commit(conn, token, packed)
+        except (asyncpg.PostgresError, _FireError, OSError, asyncpg.InterfaceError, TimeoutError) as exc:
+            klass = failure_class(exc)
+            n = len(packed.g_keys) + len(packed.f_keys)
+            log.warning("timer fire of %d rows failed (%s): %s", n, klass, exc)
+            if conn.is_closed() or not isinstance(exc, _FireError) and token is None:
+                raise  # nothing was fired: the rows stay due (or their lease expires) and are fired later
+            if klass == "permanent" and n > 1:
+                return await self._fire_each(conn, token, packed)
+            return await self._fail_all(conn, token, packed, f"{type(exc).__name__}: {exc}", klass)
+
+    async def _stall(self, ms: int) -> None:
+        """Injected stall (test hook): the claim is held while nothing happens; a drain interrupts it."""
+        try:
+            await asyncio.wait_for(self._stopping.wait(), timeout=ms / 1000)
+        except TimeoutError:
+            return
+        raise _Stopped
+
+    def pack(self, rows: list[Any]) -> _Packed:
+        """Turn claimed rows into the log's stored bytes, or into failures with their class."""
+        p = _Packed()
+        for r in rows:
+            fault = r["fault"]
+            if fault in ("transient", "permanent"):
+                p.fail(r, f"injected {fault} failure (test hook)", fault)
+                continue
+            if r["key_id"] is not None:
+                p.good(r, None, 0)  # sealed at schedule: the stored bytes are the log's bytes
+                continue
+            body = r["payload"]
+            if r["payload_zstd"]:
+                try:
+                    body = self.codec.decompress(body)
+                except CodecError as exc:
+                    p.fail(r, f"payload is not a valid zstd frame: {exc}", "permanent", bad_payload=True)
+                    continue
+            try:
+                orjson.loads(body)
+            except orjson.JSONDecodeError as exc:
+                p.fail(r, f"payload is not valid JSON: {exc}", "permanent", bad_payload=True)
+                continue
+            codec, sealed = self.codec.pack(body)
+            if codec == CODEC_RAW and not r["payload_zstd"]:
+                p.good(r, None, CODEC_RAW)  # unchanged: the database reuses the stored bytes
+            else:
+                p.good(r, sealed, codec)
+        return p
+
+    async def _commit(self, conn: asyncpg.Connection, token: uuid.UUID | None, p: _Packed) -> list[Any]:
+        """Fire by token (leased rows; one statement in autocommit is one transaction) or, with no token,
+        the rows taken in the caller's open transaction (an error there undoes only this call)."""
+        cfg = self.config
+        if token is not None:
+            return await conn.fetch(
+                Q.timers_fire, token, p.g_tenants, p.g_queues, p.g_keys, p.g_payloads, p.g_codecs,
+                p.f_tenants, p.f_queues, p.f_keys, p.f_errors, p.f_costs, p.f_wrap,
+                cfg.max_attempts, cfg.backoff_base_ms, cfg.backoff_cap_ms,
+            )  # fmt: skip
+        out = await conn.fetch(
+            Q.timers_fire_taken, p.g_tenants, p.g_queues, p.g_keys, p.g_ids, p.g_tids, p.g_payloads, p.g_codecs,
+            p.f_tenants, p.f_queues, p.f_keys, p.f_ids, p.f_errors, p.f_costs, p.f_wrap,
+            cfg.max_attempts, cfg.backoff_base_ms, cfg.backoff_cap_ms,
+        )  # fmt: skip
+        for r in out:
+            if r["kind"] == "error":  # the call's work was undone; the answer's other rows are void
+                raise _FireError(r["tenant"], r["queue"])
+        return out
+
+    async def _fail_all(self, conn: asyncpg.Connection, token: uuid.UUID | None, p: _Packed, error: str, klass: str) -> list[Any]:
+        f = _Packed()
+        for i in range(len(p.g_tenants)):
+            f.fail(p.good_row(i), error, klass)
+        f.f_tenants += p.f_tenants
+        f.f_queues += p.f_queues
+        f.f_keys += p.f_keys
+        f.f_ids += p.f_ids
+        f.f_errors += p.f_errors
+        f.f_costs += p.f_costs
+        f.f_wrap += p.f_wrap
+        return await self._commit(conn, token, f)
+
+    async def _fire_each(self, conn: asyncpg.Connection, token: uuid.UUID | None, p: _Packed) -> list[Any]:
+        """A permanent failure of the whole commit: find the row(s) at fault by firing one at a time."""
+        out: list[Any] = []
+        for i in range(len(p.g_tenants)):
+            one = _Packed()
+            one.good(p.good_row(i), p.g_payloads[i], p.g_codecs[i])
+            try:
+                out += await self._commit(conn, token, one)
+            except (asyncpg.PostgresError, _FireError) as exc:
+                out += await self._fail_all(conn, token, one, f"{type(exc).__name__}: {exc}", failure_class(exc))
+        if p.f_tenants:
+            rest = _Packed(f_tenants=p.f_tenants, f_queues=p.f_queues, f_keys=p.f_keys, f_ids=p.f_ids,
+                           f_errors=p.f_errors, f_costs=p.f_costs, f_wrap=p.f_wrap)
+            out += await self._commit(conn, token, rest)
+        return out
+
+    def _account(self, res: CycleResult, out: list[Any]) -> None:
+        for r in out:
+            kind = r["kind"]
+            if kind == "fired":
+                res.fired += 1
+                lag = max(0.0, float(r["lag_s"] or 0.0))
+                res.lags.append(lag)
+                TIMERS_FIRE_LAG.observe(lag)
+            elif kind == "duplicate":
+                res.duplicates += 1
+            elif kind == "backoff":
+                res.backoff += 1
+            elif kind == "dlq":
+                res.dlq += 1
+        if res.fired:
+            self.fired += res.fired
+            TIMERS_FIRED.inc(res.fired)
+            SWEEPER_FIRED.inc(res.fired)
+            MESSAGES_PUSHED.labels("timer").inc(res.fired)
+        if res.dlq:
+            TIMERS_DLQ.inc(res.dlq)
+
+    async def _maybe_count_pending(self, conn: asyncpg.Connection) -> None:
+        now = time.monotonic()
+        if now - self._last_pending >= PENDING_EVERY_S:
+            self._last_pending = now
+            TIMERS_PENDING.set(await conn.fetchval(Q.timers_pending_total))
+
+    # ---------------------------------------------------------------- drain
+    async def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop claiming, let an in-flight commit finish, hand back claims still held, close the connection."""
+        self._stopping.set()
+        self._wake.set()
+        try:
+            await asyncio.wait_for(self._cycle_lock.acquire(), timeout=timeout_s)
+            locked = True
+        except TimeoutError:
+            locked = False
+        try:
+            if self.held:
+                tokens = list(self.held)
+                conn = self.conn if locked and self.conn is not None and not self.conn.is_closed() else None
+                own = conn is None
+                if own:
+                    conn = await connect(self.dsn)
+                assert conn is not None
+                try:
+                    await conn.execute(Q.timers_release_claims, tokens)
+                    log.info("sweeper released %d claim token(s) at drain", len(tokens))
+                    self.held.clear()
+                finally:
+                    if own:
+                        await conn.close()
+        except Exception:
+            log.exception("could not release timer claims at drain; they expire after the lease")
+        finally:
+            if self.conn is not None and not self.conn.is_closed():
+                try:
+                    await asyncio.wait_for(self.conn.close(), timeout=2)
+                except Exception:
+                    self.conn.terminate()
+            self.conn = None
+            if locked:
+                self._cycle_lock.release()
