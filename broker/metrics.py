@@ -42,6 +42,10 @@ TIMERS_FIRE_LAG = Histogram(
     "queen_timers_fire_lag_seconds", "Timer fire lag: commit time minus deliverAt, by the database clock", buckets=LAG_BUCKETS
 )
 TIMERS_FIRED = Counter("queen_timers_fired_total", "Timers fired into the log")
+# Recurring timers (broker/timers/recur.py): occurrences advanced by the sweeper (fired or passed over by
+# the missed policy) and the worker CPU spent computing their next occurrences.
+TIMERS_RECUR_ADVANCED = Counter("queen_timers_recur_advanced_total", "Recurring timer occurrences advanced", ["outcome"])
+TIMERS_RECUR_NEXT = Counter("queen_timers_recur_next_seconds_total", "Worker CPU seconds computing next occurrences")
 TIMERS_FIRE_FAILED = Counter("queen_timers_fire_failures_total", "Failed timer fires by class", ["failure_class"])
 TIMERS_DLQ = Counter("queen_timers_dlq_total", "Timers moved to their queue's DLQ after the attempt budget")
 TIMERS_PENDING = Gauge("queen_timers_pending", "Pending timers (rows not yet fired), from the per-tenant counters", multiprocess_mode="max")

@@ -2,7 +2,11 @@
 
 Rules (docs/timer-routes.md, docs/protocol.md §3.1):
 
-- ``op`` is ``schedule``, ``reschedule`` (the same upsert) or ``cancel``.
+- ``op`` is ``schedule``, ``reschedule`` (the same upsert), ``cancel``, or, for recurring timers only,
+  ``pause`` and ``resume`` (``queue`` and ``timerKey`` only).
+- A schedule/reschedule with a ``recur`` object is a recurring timer (``broker.timers.recur``: a cron
+  expression with its zone, or ``everyMs``, and the ``missed`` policy); ``delayMs`` is then optional (the
+  first occurrence of an interval schedule, default one interval) and refused beside ``cron``.
 - schedule/reschedule carry ``queue``, ``timerKey``, ``payload`` (base64), ``delayMs`` (integer; zero
   and negative are legal and fire on the first cycle), ``txn``; optionally ``partition`` and
   ``payloadZstd``. cancel carries ``queue``, ``timerKey`` and optionally ``txn`` (echoed on absent).
@@ -21,10 +25,14 @@ import binascii
 from typing import Any, NamedTuple
 
 from broker.errors import BadRequest
+from broker.timers import recur
+from broker.timers.recur import Schedule
 
 CODE = "timers_bad_request"
 
-SCHEDULE, RESCHEDULE, CANCEL = "schedule", "reschedule", "cancel"
+SCHEDULE, RESCHEDULE, CANCEL, PAUSE, RESUME = "schedule", "reschedule", "cancel", "pause", "resume"
+_OPS = (SCHEDULE, RESCHEDULE, CANCEL, PAUSE, RESUME)
+_SCHEDULING = frozenset({SCHEDULE, RESCHEDULE})
 
 SERVER_OWNED = frozenset(
     {
@@ -46,8 +54,17 @@ SERVER_OWNED = frozenset(
         "claimed_until",
     }
 )
-_SCHEDULE_FIELDS = frozenset({"op", "queue", "timerKey", "payload", "delayMs", "txn", "partition", "payloadZstd"})
+_SCHEDULE_FIELDS = frozenset({"op", "queue", "timerKey", "payload", "delayMs", "txn", "partition", "payloadZstd", "recur"})
 _CANCEL_FIELDS = frozenset({"op", "queue", "timerKey", "txn"})
+_PAUSE_FIELDS = frozenset({"op", "queue", "timerKey"})
+
+
+def _fields_of(op: object) -> frozenset[str]:
+    if op == CANCEL:
+        return _CANCEL_FIELDS
+    if op == PAUSE or op == RESUME:
+        return _PAUSE_FIELDS
+    return _SCHEDULE_FIELDS
 
 # Name sizes: generous, but bounded so a key always fits the primary-key index.
 MAX_QUEUE = 256
@@ -70,10 +87,17 @@ class TimerOp(NamedTuple):
     payload: bytes | None = None
     payload_zstd: bool = False
     delay_ms: int | None = None
+    recur: Schedule | None = None  # a recurring schedule (schedule/reschedule only)
 
     @property
     def is_schedule(self) -> bool:
-        return self.op != CANCEL
+        """A promise of a frame: schedule or reschedule (one-shot or recurring), never cancel/pause/resume."""
+        return self.op in _SCHEDULING
+
+    @property
+    def is_recurring(self) -> bool:
+        """Applied by queen_timers_recur_apply: a recurring schedule, a pause, a resume."""
+        return self.recur is not None or self.op == PAUSE or self.op == RESUME
 
 
 def bad(reason: str, detail: str, index: int | None = None, **extra: object) -> BadRequest:
@@ -116,9 +140,9 @@ def _refuse_fields(raw: dict[str, Any], op: object, index: int | None) -> None:
                 index,
                 field=field,
             )
-    if op not in (SCHEDULE, RESCHEDULE, CANCEL):
-        raise bad("timers_bad_op", f"unknown op {op!r}: expected schedule, reschedule or cancel", index)
-    allowed = _CANCEL_FIELDS if op == CANCEL else _SCHEDULE_FIELDS
+    if op not in _OPS:
+        raise bad("timers_bad_op", f"unknown op {op!r}: expected schedule, reschedule, cancel, pause or resume", index)
+    allowed = _fields_of(op)
     for field in raw:
         if field not in allowed:
             raise bad("timers_unknown_field", f"`{field}` is not a field of a {op} op", index, field=field)
@@ -130,16 +154,18 @@ def parse_op(raw: Any, index: int | None = None) -> TimerOp:
     op = raw.get("op")
     # The common case (every field one of its op's) is one subset test; only an op carrying some
     # other field is walked field by field, to name the offender.
-    if not raw.keys() <= (_CANCEL_FIELDS if op == CANCEL else _SCHEDULE_FIELDS):
+    if not raw.keys() <= (_SCHEDULE_FIELDS if op == SCHEDULE else _fields_of(op)):
         _refuse_fields(raw, op, index)
-    if op not in (SCHEDULE, RESCHEDULE, CANCEL):
-        raise bad("timers_bad_op", f"unknown op {op!r}: expected schedule, reschedule or cancel", index)
+    if op not in _OPS:
+        raise bad("timers_bad_op", f"unknown op {op!r}: expected schedule, reschedule, cancel, pause or resume", index)
     queue = check_name(raw.get("queue"), "queue", "timers_queue_required", MAX_QUEUE, index)
     key = check_name(raw.get("timerKey"), "timerKey", "timers_key_required", MAX_KEY, index)
     txn_raw = raw.get("txn")
     if op == CANCEL:
         txn = None if txn_raw is None else check_name(txn_raw, "txn", "timers_bad_txn", MAX_TXN, index)
         return TimerOp(CANCEL, queue, key, txn)
+    if op == PAUSE or op == RESUME:
+        return TimerOp(op, queue, key, None)
     txn = check_name(txn_raw, "txn", "timers_txn_required", MAX_TXN, index)
     part_raw = raw.get("partition")
     partition = None if part_raw is None else check_name(part_raw, "partition", "timers_bad_partition", MAX_PARTITION, index)
@@ -147,12 +173,22 @@ def parse_op(raw: Any, index: int | None = None) -> TimerOp:
     if zstd_raw is not None and not isinstance(zstd_raw, bool):
         raise bad("timers_bad_payload_zstd", "`payloadZstd` must be a boolean", index, field="payloadZstd")
     delay = raw.get("delayMs")
-    if delay is None:
+    recur_raw = raw.get("recur")
+    schedule: Schedule | None = None
+    if recur_raw is not None:
+        try:
+            schedule = recur.parse(recur_raw, has_delay=delay is not None)
+        except recur.RecurError as exc:
+            raise bad(exc.reason, exc.detail, index, field=exc.field) from None
+    if delay is None and schedule is None:
         raise bad("timers_delay_required", "`delayMs` (integer milliseconds from now) is required", index, field="delayMs")
-    if isinstance(delay, bool) or not isinstance(delay, int):
+    if delay is None:
+        pass
+    elif isinstance(delay, bool) or not isinstance(delay, int):
         raise bad("timers_bad_delay", "`delayMs` must be an integer number of milliseconds", index, field="delayMs")
-    if delay < MIN_DELAY_MS:
-        raise bad("timers_bad_delay", f"`delayMs` must be >= {MIN_DELAY_MS}", index, field="delayMs")
+    elif delay < (0 if schedule is not None else MIN_DELAY_MS):
+        floor = 0 if schedule is not None else MIN_DELAY_MS
+        raise bad("timers_bad_delay", f"`delayMs` must be >= {floor}", index, field="delayMs")
     payload_raw = raw.get("payload")
     if payload_raw is None:
         raise bad("timers_payload_required", "`payload` (base64) is required", index, field="payload")
@@ -162,7 +198,7 @@ def parse_op(raw: Any, index: int | None = None) -> TimerOp:
         payload = binascii.a2b_base64(payload_raw, strict_mode=True)  # base64.b64decode(validate=True), minus a layer
     except (binascii.Error, ValueError):
         raise bad("timers_payload_not_base64", "`payload` is not valid base64", index, field="payload") from None
-    return TimerOp(op, queue, key, txn, partition, payload, bool(zstd_raw), delay)
+    return TimerOp(op, queue, key, txn, partition, payload, bool(zstd_raw), delay, schedule)
 
 
 def parse_ops(raw: Any, *, max_ops: int) -> list[TimerOp]:

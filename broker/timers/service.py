@@ -17,6 +17,7 @@ import base64
 import logging
 from collections import Counter
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
@@ -32,6 +33,7 @@ from broker.metrics import TIMERS_OPS
 from broker.payloads import seal
 from broker.store.pool import Conn
 from broker.store.queries import Q
+from broker.timers import recur
 from broker.timers.ops import CODE, TimerOp, bad
 from broker.timers.status import iso_us, result, status_of
 
@@ -43,6 +45,7 @@ log = logging.getLogger("queen.timers")
 
 SQLSTATE_DISABLED = "QT001"
 SQLSTATE_ENCRYPTING = "QT002"
+SQLSTATE_CLOCK = "QT003"  # queen_timers_recur_apply: no cron candidate after the database's clock
 DISABLED_RETRY_AFTER_S = 5
 HINT = {errors.TIMERS_HINT_HEADER: errors.TIMERS_HINT_VALUE}
 
@@ -95,8 +98,9 @@ async def check_plan(broker: Broker, principal: Principal, ops: Sequence[TimerOp
     for i, op in enumerate(ops):
         if not op.is_schedule:
             continue
-        assert op.delay_ms is not None
-        if op.delay_ms > horizon:
+        if op.recur is not None:
+            _check_recur_horizon(op, i, horizon)
+        elif op.delay_ms is not None and op.delay_ms > horizon:
             raise with_hint(
                 errors.Forbidden(
                     "timers_horizon",
@@ -113,6 +117,24 @@ async def check_plan(broker: Broker, principal: Principal, ops: Sequence[TimerOp
                 code="payload_too_large",
                 extra={"index": i, "limit": ceiling},
             )
+
+
+def _check_recur_horizon(op: TimerOp, i: int, horizon: int) -> None:
+    """A recurring schedule keeps its row, so the horizon bounds what it can promise: its first occurrence
+    and the gap between two occurrences (measured on this broker's clock: a plan verdict, not a due time)."""
+    assert op.recur is not None
+    now = datetime.now(UTC)
+    ahead = max(recur.first_delay_ms(op.recur, op.delay_ms, now), recur.period_ms(op.recur, now))
+    if ahead > horizon:
+        raise with_hint(
+            errors.Forbidden(
+                "timers_horizon",
+                f"op {i}: the schedule's first occurrence or its period ({ahead} ms) is beyond this tenant's "
+                f"horizon of {horizon} ms",
+                code="timer_horizon_exceeded",
+                extra={"index": i, "horizonMs": horizon},
+            )
+        )
 
 
 def _seal_for_encrypting_queue(broker: Broker, tenant: str, op: TimerOp) -> tuple[bytes, bool, str]:
@@ -163,6 +185,9 @@ async def apply(
     (``POST /api/v1/timers`` in autocommit, the timers rider in its bundle: one round trip in all)."""
     if not ops:
         return []
+    if any(op.is_recurring for op in ops):
+        return await _apply_split(conn, broker, principal, ops, check_switch=check_switch,
+                                  in_transaction=in_transaction, meter=meter)
     tenant = principal.tenant
     encrypting: set[str] = set()
     if broker.keyring:
@@ -208,6 +233,149 @@ async def apply(
     for value, n in counts.items():
         TIMERS_OPS.labels(value).inc(n)
     return out
+
+
+async def _apply_split(
+    conn: Conn, broker: Broker, principal: Principal, ops: Sequence[TimerOp], *, check_switch: bool,
+    in_transaction: bool, meter: bool,
+) -> list[dict[str, Any]]:
+    """A batch with recurring ops: the one-shot ops through ``apply`` (queen_timers_apply, unchanged), the
+    recurring ones through queen_timers_recur_apply; both in one transaction when the batch has both
+    (a savepoint inside a caller's transaction), so the batch stays all or nothing."""
+    once = [(i, op) for i, op in enumerate(ops) if not op.is_recurring]
+    rec = [(i, op) for i, op in enumerate(ops) if op.is_recurring]
+    out: list[dict[str, Any]] = [{} for _ in ops]
+
+    async def run() -> None:
+        if once:
+            done = await apply(conn, broker, principal, [op for _, op in once], check_switch=check_switch,
+                               in_transaction=in_transaction, meter=meter)
+            for (i, _), r in zip(once, done, strict=True):
+                out[i] = r
+        done = await _apply_recur(conn, broker, principal, [op for _, op in rec], check_switch=check_switch,
+                                  in_transaction=in_transaction, meter=meter)
+        for (i, _), r in zip(rec, done, strict=True):
+            out[i] = r
+
+    if once:
+        async with conn.transaction():
+            await run()
+    else:
+        await run()
+    return out
+
+
+async def _apply_recur(
+    conn: Conn, broker: Broker, principal: Principal, ops: Sequence[TimerOp], *, check_switch: bool,
+    in_transaction: bool, meter: bool,
+) -> list[dict[str, Any]]:
+    """Recurring schedules, pauses and resumes: one statement (queen_timers_recur_apply and its meter)."""
+    tenant = principal.tenant
+    encrypting: set[str] = set()
+    if broker.keyring:
+        queues = sorted({op.queue for op in ops if op.is_schedule})
+        if queues:
+            encrypting = {r["name"] for r in await conn.fetch(Q.timers_encrypting_queues, tenant, queues)}
+    for attempt in (1, 2):
+        args = _recur_arrays(broker, principal, ops, encrypting, check_switch)
+        period = metering.period_seconds() if meter else 0
+        try:
+            if conn.is_in_transaction():
+                async with conn.transaction():  # a savepoint: the encryption retry needs a usable transaction
+                    rows = await conn.fetch(Q.timers_recur_apply, *args, period)
+            else:
+                rows = await conn.fetch(Q.timers_recur_apply, *args, period)
+            break
+        except asyncpg.PostgresError as exc:
+            state = getattr(exc, "sqlstate", None)
+            if state == SQLSTATE_DISABLED:
+                raise disabled_error(in_transaction=in_transaction) from None
+            if state == SQLSTATE_CLOCK:
+                raise errors.Unavailable(
+                    "timers_clock_skew",
+                    "the database's clock is ahead of this broker's by more than the broker's margin; "
+                    "a cron schedule's first occurrence cannot be chosen (check the hosts' time sync)",
+                    code="timers_clock_skew", retry_after_s=5,
+                ) from None
+            if state == SQLSTATE_ENCRYPTING:
+                queue = getattr(exc, "detail", None) or "?"
+                if not broker.keyring or attempt == 2:
+                    raise _no_keys(queue) from None
+                encrypting.add(queue)
+                continue
+            raise
+    out: list[dict[str, Any]] = []
+    for op, row in zip(ops, rows, strict=True):
+        status = status_of(row["status"])
+        TIMERS_OPS.labels(status.value).inc()
+        body = result(status, op.queue, op.key, txn=row["txn"], message_id=row["message_id"],
+                      deliver_at=row["deliver_at"])
+        if op.recur is not None and status.ok:
+            body["recur"] = op.recur.wire()
+        out.append(body)
+    return out
+
+
+def _recur_json(broker: Broker, op: TimerOp) -> None:
+    """A recurring timer's payload is delivered again and again: it must be JSON now (a payload the fire
+    would refuse would refuse every occurrence), zstd frames included."""
+    assert op.payload is not None
+    body = op.payload
+    try:
+        if op.payload_zstd:
+            body = broker.codec.decompress(body)
+        orjson.loads(body)
+    except CodecError:
+        raise bad("timers_payload_not_zstd", "`payloadZstd` is true but `payload` is not a valid zstd frame") from None
+    except orjson.JSONDecodeError:
+        raise bad("timers_payload_not_json", "a recurring timer's payload must be JSON (it is delivered at every "
+                  "occurrence and checked now, not at each fire)") from None
+
+
+def _recur_arrays(
+    broker: Broker, principal: Principal, ops: Sequence[TimerOp], encrypting: set[str], check_switch: bool,
+) -> tuple[Any, ...]:
+    now = datetime.now(UTC)
+    kinds: list[str] = []
+    columns: list[list[Any]] = [[] for _ in range(10)]
+    queues, keys, parts, txns, ids, payloads, zstd, key_ids, stored, delays = columns
+    cand_idx: list[int] = []
+    cands: list[datetime] = []
+    minted = iter(uuid7_text(sum(1 for op in ops if op.recur is not None)))
+    for n, op in enumerate(ops, start=1):  # n: the statement's ordinality
+        queues.append(op.queue)
+        keys.append(op.key)
+        if op.recur is None:  # pause / resume
+            kinds.append(op.op)
+            for column in (parts, txns, ids, payloads, zstd, key_ids, stored, delays):
+                column.append(None)
+            continue
+        kinds.append("schedule")
+        assert op.txn is not None
+        parts.append(op.partition)
+        txns.append(op.txn)
+        ids.append(next(minted))
+        stored.append(op.recur.stored(op.txn))
+        if op.queue in encrypting:
+            body, z, kid = _seal_for_encrypting_queue(broker, principal.tenant, op)
+            payloads.append(body)
+            zstd.append(z)
+            key_ids.append(kid)
+        else:
+            _recur_json(broker, op)
+            payloads.append(op.payload)
+            zstd.append(op.payload_zstd)
+            key_ids.append(None)
+        if op.recur.every_ms is not None:
+            delays.append(op.recur.every_ms if op.delay_ms is None else op.delay_ms)
+        else:
+            delays.append(None)
+            for c in op.recur.first_candidates(now):
+                cand_idx.append(n)
+                cands.append(c)
+    near_ms = broker.settings.sweeper_max_sleep_ms
+    return (principal.tenant, principal.sub, check_switch, near_ms, kinds, queues, keys, parts, txns, ids, payloads,
+            zstd, key_ids, stored, delays, cand_idx, cands)
 
 
 def _local_sweeper(broker: Broker, conn: Conn) -> Sweeper | None:
@@ -353,7 +521,18 @@ def _row_body(row: asyncpg.Record) -> dict[str, Any]:
         "claimed": row["claimed"],
         "createdAt": iso_us(row["created_at"]),
         "updatedAt": iso_us(row["updated_at"]),
+        **_recur_body(row),
     }
+
+
+def _recur_body(row: asyncpg.Record) -> dict[str, Any]:
+    """A recurring timer's own fields (a one-shot timer's peek and list rows are as they were)."""
+    stored = row["recur"]
+    if stored is None:
+        return {}
+    sched, base = recur.from_stored(stored)
+    return {"recur": sched.wire(), "recurTxn": base, "paused": row["paused"], "occurrences": row["occurrences"],
+            "lastFiredAt": iso_us(row["last_fired_at"])}
 
 
 async def peek(broker: Broker, tenant: str, queue: str, key: str) -> dict[str, Any]:

@@ -19,13 +19,17 @@ class Status(StrEnum):
     CANCELLED = "cancelled"
     ABSENT = "absent"
     TOO_LATE = "too_late"
+    # recurring timers only (the answers to pause and resume, which only they have)
+    PAUSED = "paused"
+    RESUMED = "resumed"
+    NOT_RECURRING = "not_recurring"
 
     @property
     def ok(self) -> bool:
         return self in _OK
 
 
-_OK = frozenset({Status.SCHEDULED, Status.RESCHEDULED, Status.CANCELLED})
+_OK = frozenset({Status.SCHEDULED, Status.RESCHEDULED, Status.CANCELLED, Status.PAUSED, Status.RESUMED})
 _BY_VALUE = {s.value: s for s in Status}
 _SCHEDULED, _RESCHEDULED, _CANCELLED, _ABSENT = Status.SCHEDULED, Status.RESCHEDULED, Status.CANCELLED, Status.ABSENT
 
@@ -66,6 +70,8 @@ def result(
     - cancelled:               ``{ok, status, queue, timerKey, txn}`` (the stored txn)
     - absent:                  ``{ok, status, queue, timerKey, txn}`` (the txn the caller sent, or null)
     - too_late:                ``{ok, status, queue, timerKey}``
+    - paused / resumed:        ``{ok, status, queue, timerKey, txn, messageId, deliverAt}`` (the next occurrence's)
+    - not_recurring:           ``{ok, status, queue, timerKey}`` (a pause or resume of a one-shot timer)
     """
     # Identity tests and _value_ rather than ``in (Status.X, ...)`` and ``.value``: an answer renders one of
     # these per op, and those spelled 0.5 us of its 2.6 (enum attribute lookups and Python-level __eq__).
@@ -76,4 +82,8 @@ def result(
         body["deliverAt"] = iso_us(deliver_at)
     elif status is _CANCELLED or status is _ABSENT:
         body["txn"] = txn
+    elif status is Status.PAUSED or status is Status.RESUMED:
+        body["txn"] = txn
+        body["messageId"] = str(message_id)
+        body["deliverAt"] = iso_us(deliver_at)
     return body

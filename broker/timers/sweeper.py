@@ -97,8 +97,10 @@ from typing import Any
 import asyncpg
 import orjson
 
+from broker import metering
 from broker.codec import CODEC_RAW, Codec, CodecError
 from broker.config import Settings
+from broker.ids import uuid7_text
 from broker.metrics import (
     MESSAGES_PUSHED,
     SWEEP_CYCLE,
@@ -109,10 +111,13 @@ from broker.metrics import (
     TIMERS_FIRE_LAG,
     TIMERS_FIRED,
     TIMERS_PENDING,
+    TIMERS_RECUR_ADVANCED,
+    TIMERS_RECUR_NEXT,
 )
 from broker.store.failures import DB_DOWN
 from broker.store.pool import connect
 from broker.store.queries import Q
+from broker.timers import recur
 
 log = logging.getLogger("queen.sweeper")
 
@@ -216,6 +221,40 @@ class _Packed:
     f_errors: list[str] = field(default_factory=list)
     f_costs: list[int] = field(default_factory=list)
     f_wrap: list[bool] = field(default_factory=list)
+    # recurring rows (broker/timers/recur.py): moved to r_next, their occurrence pushed when r_fire
+    r_tenants: list[str] = field(default_factory=list)
+    r_queues: list[str] = field(default_factory=list)
+    r_keys: list[str] = field(default_factory=list)
+    r_ids: list[uuid.UUID | None] = field(default_factory=list)
+    r_payloads: list[bytes | None] = field(default_factory=list)
+    r_codecs: list[int] = field(default_factory=list)
+    r_fire: list[bool] = field(default_factory=list)
+    r_next: list[Any] = field(default_factory=list)
+    r_next_ids: list[str] = field(default_factory=list)
+    r_next_txns: list[str] = field(default_factory=list)
+
+    def recurring(self, row: Any, payload: bytes | None, codec: int, step: recur.Advance, next_id: str,
+                  next_txn: str) -> None:
+        self.r_tenants.append(row["tenant"])
+        self.r_queues.append(row["queue"])
+        self.r_keys.append(row["timer_key"])
+        self.r_ids.append(row.get("message_id"))
+        self.r_payloads.append(payload)
+        self.r_codecs.append(codec)
+        self.r_fire.append(step.fire)
+        self.r_next.append(step.next_at)
+        self.r_next_ids.append(next_id)
+        self.r_next_txns.append(next_txn)
+
+    def recurring_row(self, i: int) -> dict[str, Any]:
+        return {"tenant": self.r_tenants[i], "queue": self.r_queues[i], "timer_key": self.r_keys[i],
+                "message_id": self.r_ids[i]}
+
+    def take_recurring(self, i: int, into: _Packed) -> None:
+        """Copy recurring row ``i`` into ``into`` (the one-at-a-time fallback)."""
+        for name in ("r_tenants", "r_queues", "r_keys", "r_ids", "r_payloads", "r_codecs", "r_fire", "r_next",
+                     "r_next_ids", "r_next_txns"):
+            getattr(into, name).append(getattr(self, name)[i])
 
     def fail(self, row: Any, error: str, klass: str, *, bad_payload: bool = False) -> None:
         """``bad_payload``: the payload itself is the failure; the DLQ keeps it inside a JSON envelope."""
@@ -445,7 +484,7 @@ class Sweeper:
             return await self._commit(conn, token, packed)
         except (asyncpg.PostgresError, _FireError, OSError, asyncpg.InterfaceError, TimeoutError) as exc:
             klass = failure_class(exc)
-            n = len(packed.g_keys) + len(packed.f_keys)
+            n = len(packed.g_keys) + len(packed.f_keys) + len(packed.r_keys)
             log.warning("timer fire of %d rows failed (%s): %s", n, klass, exc)
             if conn.is_closed() or not isinstance(exc, _FireError) and token is None:
                 raise  # nothing was fired: the rows stay due (or their lease expires) and are fired later
@@ -464,10 +503,16 @@ class Sweeper:
     def pack(self, rows: list[Any]) -> _Packed:
         """Turn claimed rows into the log's stored bytes, or into failures with their class."""
         p = _Packed()
+        recurring: list[tuple[Any, bytes | None, int]] = []
         for r in rows:
             fault = r["fault"]
             if fault in ("transient", "permanent"):
                 p.fail(r, f"injected {fault} failure (test hook)", fault)
+                continue
+            if r.get("recur") is not None:
+                sealed_or_none = self._pack_one(r, p)
+                if sealed_or_none is not None:
+                    recurring.append((r, *sealed_or_none))
                 continue
             if r["key_id"] is not None:
                 p.good(r, None, 0)  # sealed at schedule: the stored bytes are the log's bytes
@@ -489,12 +534,54 @@ class Sweeper:
                 p.good(r, None, CODEC_RAW)  # unchanged: the database reuses the stored bytes
             else:
                 p.good(r, sealed, codec)
+        if recurring:
+            self._advance(recurring, p)
         return p
+
+    def _pack_one(self, r: Any, p: _Packed) -> tuple[bytes | None, int] | None:
+        """A recurring row's frame bytes, as ``pack`` seals a one-shot row's (None bytes: the stored ones);
+        None when the row failed (recorded in ``p``)."""
+        if r["key_id"] is not None:
+            return None, 0
+        body = r["payload"]
+        if r["payload_zstd"]:
+            try:
+                body = self.codec.decompress(body)
+            except CodecError as exc:
+                p.fail(r, f"payload is not a valid zstd frame: {exc}", "permanent", bad_payload=True)
+                return None
+        try:
+            orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            p.fail(r, f"payload is not valid JSON: {exc}", "permanent", bad_payload=True)
+            return None
+        codec, sealed = self.codec.pack(body)
+        if codec == CODEC_RAW and not r["payload_zstd"]:
+            return None, CODEC_RAW
+        return sealed, codec
+
+    def _advance(self, rows: list[tuple[Any, bytes | None, int]], p: _Packed) -> None:
+        """Each recurring row's next occurrence, from its schedule and the database's clock at the take
+        (``db_now``): the worker CPU this costs is the one thing a recurring fire adds to a cycle
+        (queen_timers_recur_next_seconds_total)."""
+        started = time.perf_counter()
+        ids = uuid7_text(len(rows))
+        for (r, payload, codec), next_id in zip(rows, ids, strict=True):
+            sched, base = recur.from_stored(r["recur"])
+            step = recur.advance(sched, r["deliver_at"], r["db_now"])
+            p.recurring(r, payload, codec, step, next_id, recur.occurrence_txn(base, step.next_at))
+            if not step.fire:
+                TIMERS_RECUR_ADVANCED.labels("skipped").inc()
+            if step.skipped:
+                TIMERS_RECUR_ADVANCED.labels("missed").inc(step.skipped)
+        TIMERS_RECUR_NEXT.inc(time.perf_counter() - started)
 
     async def _commit(self, conn: asyncpg.Connection, token: uuid.UUID | None, p: _Packed) -> list[Any]:
         """Fire by token (leased rows; one statement in autocommit is one transaction) or, with no token,
         the rows taken in the caller's open transaction (an error there undoes only this call)."""
         cfg = self.config
+        if p.r_tenants:
+            return await self._commit_recurring(conn, token, p)
         if token is not None:
             return await conn.fetch(
                 Q.timers_fire, token, p.g_tenants, p.g_queues, p.g_keys, p.g_payloads, p.g_codecs,
@@ -511,10 +598,33 @@ class Sweeper:
                 raise _FireError(r["tenant"], r["queue"])
         return out
 
+    async def _commit_recurring(self, conn: asyncpg.Connection, token: uuid.UUID | None, p: _Packed) -> list[Any]:
+        """``_commit`` for a cycle with recurring rows: the same one fire statement, with their arrays."""
+        cfg = self.config
+        rec = (p.r_tenants, p.r_queues, p.r_keys, p.r_ids, p.r_payloads, p.r_codecs, p.r_fire, p.r_next,
+               p.r_next_ids, p.r_next_txns, metering.period_seconds())
+        if token is not None:
+            return await conn.fetch(
+                Q.timers_fire_recur, token, p.g_tenants, p.g_queues, p.g_keys, p.g_payloads, p.g_codecs,
+                p.f_tenants, p.f_queues, p.f_keys, p.f_errors, p.f_costs, p.f_wrap,
+                cfg.max_attempts, cfg.backoff_base_ms, cfg.backoff_cap_ms, *rec,
+            )  # fmt: skip
+        out = await conn.fetch(
+            Q.timers_fire_taken_recur, p.g_tenants, p.g_queues, p.g_keys, p.g_ids, p.g_tids, p.g_payloads,
+            p.g_codecs, p.f_tenants, p.f_queues, p.f_keys, p.f_ids, p.f_errors, p.f_costs, p.f_wrap,
+            cfg.max_attempts, cfg.backoff_base_ms, cfg.backoff_cap_ms, *rec,
+        )  # fmt: skip
+        for r in out:
+            if r["kind"] == "error":
+                raise _FireError(r["tenant"], r["queue"])
+        return out
+
     async def _fail_all(self, conn: asyncpg.Connection, token: uuid.UUID | None, p: _Packed, error: str, klass: str) -> list[Any]:
         f = _Packed()
         for i in range(len(p.g_tenants)):
             f.fail(p.good_row(i), error, klass)
+        for i in range(len(p.r_tenants)):
+            f.fail(p.recurring_row(i), error, klass)  # the occurrence stays due, backs off like a timer
         f.f_tenants += p.f_tenants
         f.f_queues += p.f_queues
         f.f_keys += p.f_keys
@@ -530,6 +640,13 @@ class Sweeper:
         for i in range(len(p.g_tenants)):
             one = _Packed()
             one.good(p.good_row(i), p.g_payloads[i], p.g_codecs[i])
+            try:
+                out += await self._commit(conn, token, one)
+            except (asyncpg.PostgresError, _FireError) as exc:
+                out += await self._fail_all(conn, token, one, f"{type(exc).__name__}: {exc}", failure_class(exc))
+        for i in range(len(p.r_tenants)):
+            one = _Packed()
+            p.take_recurring(i, one)
             try:
                 out += await self._commit(conn, token, one)
             except (asyncpg.PostgresError, _FireError) as exc:

@@ -197,7 +197,8 @@ BEGIN
                    payload_ready = excluded.payload_ready, producer_sub = excluded.producer_sub,
                    deliver_at = excluded.deliver_at,
                    due_at = excluded.due_at, attempts = 0, failures = 0, last_error = NULL,
-                   claim_token = NULL, claimed_until = NULL, claimed_by = NULL, updated_at = now()
+                   claim_token = NULL, claimed_until = NULL, claimed_by = NULL, updated_at = now(),
+                   recur = NULL, occurrences = 0, last_fired_at = NULL  -- a one-shot over a recurring key replaces it
                WHERE NOT (t.claim_token IS NOT NULL AND t.claimed_until > now())
             RETURNING t.queue, t.timer_key, t.deliver_at
         ),
@@ -263,6 +264,27 @@ $$;
 -- The queue, partition and txn arrays handed to queen_push carry the default collation: aggregated
 -- straight from queen_timers' COLLATE "C" columns they made queen_push's call collation "C", and
 -- queen_push planned that call ~50x slower (2.4 s instead of 50 ms for 1,000 items, measured).
+-- Recurring rows (r_*, broker/sql/migrations/0024_timers_recur.sql) taken with the others are not deleted:
+-- the row still the one taken (same message id, no live lease, not paused since; by p_token when
+-- leased) is locked and MOVED to the next occurrence the caller computed from its schedule (r_next, with
+-- that occurrence's message id r_next_ids and frame txn r_next_txns: broker/timers/recur.py), and, when
+-- r_fire, the occurrence it held is pushed through queen_push exactly as a one-shot timer's frame (its
+-- txn names the occurrence, so a second fire of it could only be a duplicate). Pushing and moving are
+-- this statement, so an occurrence is fired and the row advanced together or not at all. Such frames of
+-- a cycle are pushed after its one-shot frames (a second push per tenant, only when a cycle has them).
+-- Occurrences after a schedule's first are metered here, p_period_s being the metering period: the
+-- first was billed at schedule like any timer's promise, the later ones were never promised by a call.
+-- The signature changed (the r_* arrays): drop any earlier one.
+DO $$
+DECLARE r record;
+BEGIN
+    FOR r IN SELECT p.oid::regprocedure AS sig FROM pg_proc p
+             WHERE p.pronamespace = current_schema()::regnamespace AND p.proname = 'queen_timers_fire'
+               AND NOT ('r_next' = ANY (coalesce(p.proargnames, ARRAY[]::text[]))) LOOP
+        EXECUTE format('DROP FUNCTION %s', r.sig);
+    END LOOP;
+END
+$$;
 CREATE OR REPLACE FUNCTION queen_timers_fire(
     p_token        uuid,
     g_tenants      text[],
@@ -281,7 +303,18 @@ CREATE OR REPLACE FUNCTION queen_timers_fire(
     f_wrap         boolean[],
     p_max_attempts integer,
     p_backoff_base_ms bigint,
-    p_backoff_cap_ms  bigint
+    p_backoff_cap_ms  bigint,
+    r_tenants      text[] DEFAULT NULL,
+    r_queues       text[] DEFAULT NULL,
+    r_keys         text[] DEFAULT NULL,
+    r_ids          uuid[] DEFAULT NULL,
+    r_payloads     bytea[] DEFAULT NULL,
+    r_codecs       smallint[] DEFAULT NULL,
+    r_fire         boolean[] DEFAULT NULL,
+    r_next         timestamptz[] DEFAULT NULL,
+    r_next_ids     uuid[] DEFAULT NULL,
+    r_next_txns    text[] DEFAULT NULL,
+    p_period_s     integer DEFAULT 3600
 ) RETURNS TABLE (kind text, tenant text, queue text, timer_key text, lag_s double precision)
 LANGUAGE plpgsql
 SET plan_cache_mode = force_custom_plan
@@ -370,6 +403,73 @@ BEGIN
             JOIN unnest(r.qs, r.keys, r.dats) WITH ORDINALITY AS u(q, k, d, n) ON u.n = qp.i
             ORDER BY qp.i;
         END LOOP;
+
+        IF cardinality(r_tenants) > 0 THEN
+            FOR r IN
+                WITH inp AS (
+                    SELECT * FROM unnest(r_tenants, r_queues, r_keys, r_ids, r_payloads, r_codecs, r_fire, r_next,
+                                         r_next_ids, r_next_txns) AS u(te, q, k, id, pl, c, fire, nx, nid, ntxn)
+                ),
+                -- One primary-key probe per row, locked (as apply's probes: LATERAL, so never a scan).
+                cur AS MATERIALIZED (
+                    SELECT x.*, inp.pl, inp.c, inp.fire, inp.nx, inp.nid, inp.ntxn
+                    FROM inp CROSS JOIN LATERAL (
+                        SELECT t.ctid AS tid, t.tenant, t.queue, t.timer_key, t.partition, t.txn, t.message_id,
+                               t.payload, t.payload_zstd, t.key_id, t.producer_sub, t.deliver_at, t.occurrences
+                        FROM queen_timers t
+                        WHERE t.tenant = inp.te AND t.queue = inp.q AND t.timer_key = inp.k
+                          AND t.recur IS NOT NULL AND t.due_at IS NOT NULL
+                          AND CASE WHEN p_token IS NULL
+                                   THEN t.message_id = inp.id AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > now())
+                                   ELSE t.claim_token = p_token END
+                        FOR UPDATE OF t
+                    ) x
+                ),
+                moved AS (  -- runs whether or not read (a data-modifying WITH always runs to completion)
+                    UPDATE queen_timers t
+                       SET deliver_at = cur.nx, due_at = cur.nx, message_id = cur.nid, txn = cur.ntxn,
+                           occurrences = t.occurrences + CASE WHEN cur.fire THEN 1 ELSE 0 END,
+                           last_fired_at = CASE WHEN cur.fire THEN now() ELSE t.last_fired_at END,
+                           attempts = 0, failures = 0, last_error = NULL,
+                           claim_token = NULL, claimed_until = NULL, claimed_by = NULL, updated_at = now()
+                    FROM cur WHERE t.ctid = cur.tid
+                    RETURNING t.tenant
+                ),
+                j AS (
+                    SELECT cur.*, coalesce(cur.pl, cur.payload) AS sealed,
+                           CASE WHEN cur.pl IS NOT NULL THEN cur.c
+                                WHEN cur.payload_zstd THEN 1::smallint ELSE 0::smallint END AS codec
+                    FROM cur WHERE cur.fire
+                )
+                SELECT j.tenant,
+                       array_agg(j.queue COLLATE "default" ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS qs,
+                       array_agg(j.partition COLLATE "default" ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS ps,
+                       array_agg(j.message_id ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS ids,
+                       array_agg(j.txn COLLATE "default" ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS txns,
+                       array_agg(j.sealed ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS pls,
+                       array_agg(j.codec ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS cs,
+                       array_agg(j.key_id ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS kids,
+                       array_agg(j.producer_sub ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS subs,
+                       array_agg(j.timer_key ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS keys,
+                       array_agg(j.deliver_at ORDER BY j.queue, j.partition, j.deliver_at, j.timer_key) AS dats,
+                       count(*) FILTER (WHERE j.occurrences > 0) AS later
+                FROM j GROUP BY j.tenant ORDER BY j.tenant
+            LOOP
+                v_pushes := v_pushes + 1;
+                IF v_pushes = 32 THEN
+                    PERFORM set_config('queen.push_careful', 'on', true);
+                END IF;
+                RETURN QUERY
+                SELECT CASE WHEN qp.st = 'queued' THEN 'fired' ELSE 'duplicate' END,
+                       r.tenant, u.q, u.k, extract(epoch FROM clock_timestamp() - u.d)::double precision
+                FROM queen_push(r.tenant, r.qs, r.ps, r.ids, r.txns,
+                                array_fill(NULL::uuid, ARRAY[cardinality(r.qs)]), r.pls, r.cs, r.kids, r.subs,
+                                array_fill(NULL::bigint, ARRAY[cardinality(r.qs)])) AS qp(i, st, mid, pid, seq)
+                JOIN unnest(r.qs, r.keys, r.dats) WITH ORDINALITY AS u(q, k, d, n) ON u.n = qp.i
+                ORDER BY qp.i;
+                PERFORM queen_meter(r.tenant, p_period_s, r.later, 0::bigint);
+            END LOOP;
+        END IF;
 
         IF cardinality(f_tenants) > 0 THEN
             RETURN QUERY
@@ -495,7 +595,9 @@ $$;
 --
 -- ready, per row: its stored bytes are the log's bytes as they are (sealed at schedule, or
 -- payload_ready: judged JSON at schedule, see broker/sql/migrations/0018_timer_payload_ready.sql), so the pack
--- has nothing to do for it (queen_timers_sweep fires such batches without Python).
+-- has nothing to do for it (queen_timers_sweep fires such batches without Python). A recurring row
+-- (recur set, broker/sql/migrations/0024_timers_recur.sql) is never ready: its next occurrence is computed in
+-- Python between this take and the fire (broker/timers/recur.py), so it always takes the pack path.
 -- CREATE OR REPLACE cannot change a function's result columns, so any earlier queen_timers_take is
 -- dropped first (as queen_pop is in log.sql).
 DO $$
@@ -691,7 +793,8 @@ BEGIN
                     FROM (SELECT f2.te, f2.q, f2.p, f2.pr FROM free f2 WHERE f2.te = ft.te ORDER BY f2.pr) f
                     CROSS JOIN LATERAL (
                         SELECT t.tenant, t.queue, t.timer_key, t.partition, t.message_id, t.payload,
-                               t.payload_zstd, t.key_id, t.deliver_at, t.ctid AS tid, t.payload_ready
+                               t.payload_zstd, t.key_id, t.deliver_at, t.ctid AS tid, t.payload_ready,
+                               t.recur IS NULL AS once
                         FROM queen_timers t
                         WHERE t.tenant = f.te AND t.queue = f.q AND t.partition = f.p AND t.due_at <= now()
                         ORDER BY t.due_at
@@ -722,7 +825,7 @@ BEGIN
             -- medians of alternated rounds on the embedded PostgreSQL).
             SELECT c.tenant, c.queue, c.timer_key, c.partition, c.message_id, c.tid, c.payload,
                    c.payload_zstd, c.key_id, c.deliver_at, NULL::text, NULL::integer,
-                   NULL::bigint, false, c.key_id IS NOT NULL OR c.payload_ready
+                   NULL::bigint, false, (c.key_id IS NOT NULL OR c.payload_ready) AND c.once
             FROM claimed c
             WHERE NOT p_faults
             UNION ALL
@@ -730,7 +833,7 @@ BEGIN
                    n.payload_zstd, n.key_id, n.deliver_at,
                    CASE WHEN tk.took IS NOT NULL AND n.rn <= tk.took THEN tk.failure_class END,
                    CASE WHEN tk.took IS NOT NULL AND n.rn <= tk.took THEN tk.stall_ms END,
-                   NULL::bigint, false, n.key_id IS NOT NULL OR n.payload_ready
+                   NULL::bigint, false, (n.key_id IS NOT NULL OR n.payload_ready) AND n.once
             FROM numbered n
             LEFT JOIN taken tk ON tk.tenant = n.tenant AND tk.queue = n.queue
             WHERE p_faults
@@ -859,6 +962,19 @@ $$;
 -- how many rows were taken (0 with 'unready'), next_due_ms and paused as queen_timers_take gives them.
 -- Measured (one sweeper, 100,000 due rows never analysed): a 1,000-row cycle spent ~14 ms of worker CPU
 -- decoding the take's rows, checking JSON it had already checked at schedule and sending 7 arrays back.
+-- Taken rows also carry recur (the row's schedule, NULL for a one-shot timer: read by ctid, only on this
+-- path) and db_now (this transaction's now()): the sweeper computes a recurring row's next occurrence
+-- from them (broker/timers/recur.py) by the database's clock. Result columns changed: drop any earlier one.
+DO $$
+DECLARE r record;
+BEGIN
+    FOR r IN SELECT p.oid::regprocedure AS sig FROM pg_proc p
+             WHERE p.pronamespace = current_schema()::regnamespace AND p.proname = 'queen_timers_sweep'
+               AND NOT ('recur' = ANY (coalesce(p.proargnames, ARRAY[]::text[]))) LOOP
+        EXECUTE format('DROP FUNCTION %s', r.sig);
+    END LOOP;
+END
+$$;
 CREATE OR REPLACE FUNCTION queen_timers_sweep(
     p_batch           integer,
     p_cursor          text,
@@ -870,7 +986,8 @@ CREATE OR REPLACE FUNCTION queen_timers_sweep(
     p_in_tx           boolean
 ) RETURNS TABLE (kind text, tenant text, queue text, timer_key text, partition text, message_id uuid, tid tid,
                  payload bytea, payload_zstd boolean, key_id text, deliver_at timestamptz, fault text,
-                 stall_ms integer, next_due_ms bigint, paused boolean, taken integer, lag_s double precision)
+                 stall_ms integer, next_due_ms bigint, paused boolean, taken integer, lag_s double precision,
+                 recur text, db_now timestamptz)
 LANGUAGE plpgsql VOLATILE
 SET jit = off  -- as queen_timers_take and queen_timers_fire
 AS $$
@@ -932,7 +1049,7 @@ BEGIN
         -- locks end with this statement); the caller takes again inside a transaction.
         RETURN QUERY SELECT 'unready'::text, NULL::text, NULL::text, NULL::text, NULL::text, NULL::uuid, NULL::tid,
                             NULL::bytea, NULL::boolean, NULL::text, NULL::timestamptz, NULL::text, NULL::integer,
-                            NULL::bigint, NULL::boolean, v_n, NULL::double precision;
+                            NULL::bigint, NULL::boolean, v_n, NULL::double precision, NULL::text, NULL::timestamptz;
         v_n := 0;
         v_te := NULL;
     END IF;
@@ -940,18 +1057,19 @@ BEGIN
     IF v_go THEN
         RETURN QUERY SELECT u.kind, u.te, u.q, u.k, NULL::text, NULL::uuid, NULL::tid, NULL::bytea, NULL::boolean,
                             NULL::text, NULL::timestamptz, NULL::text, NULL::integer, NULL::bigint, NULL::boolean,
-                            NULL::integer, u.lag
+                            NULL::integer, u.lag, NULL::text, NULL::timestamptz
                      FROM unnest(f_kind, f_te, f_q, f_k, f_lag) AS u(kind, te, q, k, lag);
     ELSIF v_n > 0 THEN
         RETURN QUERY SELECT 'taken'::text, u.te, u.q, u.k, u.p, u.id, u.tid, u.pl, u.z, u.kid, u.dat, u.f, u.st,
-                            NULL::bigint, NULL::boolean, NULL::integer, NULL::double precision
+                            NULL::bigint, NULL::boolean, NULL::integer, NULL::double precision,
+                            (SELECT t.recur FROM queen_timers t WHERE t.ctid = u.tid), now()
                      FROM unnest(v_te, v_q, v_k, v_p, v_id, v_tid, v_pl, v_z, v_kid, v_dat, v_f, v_st)
                           WITH ORDINALITY AS u(te, q, k, p, id, tid, pl, z, kid, dat, f, st, o)
                      ORDER BY u.o;
     END IF;
     RETURN QUERY SELECT 'summary'::text, v_te[1], NULL::text, NULL::text, NULL::text, NULL::uuid, NULL::tid,
                         NULL::bytea, NULL::boolean, NULL::text, NULL::timestamptz, NULL::text, NULL::integer,
-                        v_next, v_paus, v_n, NULL::double precision;
+                        v_next, v_paus, v_n, NULL::double precision, NULL::text, NULL::timestamptz;
 END
 $$;
 
@@ -981,4 +1099,150 @@ AS $$
          (SELECT clock_timestamp() + p_lease_ms * interval '1 millisecond' AS until) st
     WHERE t.tenant = u.te AND t.queue = u.q AND t.timer_key = u.k AND t.message_id = u.id
     RETURNING t.tenant, t.queue, t.timer_key, t.claimed_until
+$$;
+
+-- queen_timers_recur_apply: create/replace, pause and resume recurring timers (broker/timers/recur.py), a
+-- batch in one call. Index i = op i; every (queue, key) at most once (the caller refuses duplicates).
+-- Cancel is queen_timers_apply's (it deletes a recurring row like any other), and a one-shot schedule
+-- on a recurring key replaces it with a one-shot timer (queen_timers_apply clears recur).
+--   'schedule' -> 'scheduled' | 'rescheduled' (an existing row, one-shot or recurring, replaced: attempts
+--                 reset, the occurrences counted from zero) | 'too_late' (the row is claimed). The first
+--                 occurrence: now() + p_delays[i] ms for an interval schedule; for a cron schedule the
+--                 earliest of its candidates (p_cands where p_cand_idx = i, computed by the broker around
+--                 its own clock) that is after the DATABASE's now(): the one clock decides. None after
+--                 now() (the database's clock is more than the broker's margin ahead of the broker's):
+--                 SQLSTATE QT003, the whole call refused. The row's txn is the occurrence's frame txn,
+--                 p_txns[i] || '@' || the instant (UTC, microseconds), as the sweeper builds the next ones.
+--   'pause'    -> 'paused' (due_at NULL: no take reads it; already paused is no change) | 'not_recurring'
+--                 (a one-shot timer) | 'absent' | 'too_late' (claimed: the occurrence is being fired).
+--   'resume'   -> 'resumed' (due_at = deliver_at: the occurrence it was paused at is due at once when it
+--                 passed, and the schedule's missed policy decides what fires) | 'not_recurring' | 'absent'
+--                 | 'too_late'.
+-- Per op, in key order (the lock order of queen_timers_apply: two batches wait, never deadlock): a
+-- recurring schedule is an occasional call, not the ingest path the one-shot apply is shaped for.
+-- Encryption and the scheduling switch as queen_timers_apply (QT002, QT001). NOTIFY as apply: a first
+-- occurrence or a resumed one due within p_near_ms wakes the sweepers.
+CREATE OR REPLACE FUNCTION queen_timers_recur_apply(
+    p_tenant       text,
+    p_sub          text,
+    p_check_switch boolean,
+    p_near_ms      bigint,
+    p_ops          text[],
+    p_queues       text[],
+    p_keys         text[],
+    p_partitions   text[],
+    p_txns         text[],
+    p_ids          uuid[],
+    p_payloads     bytea[],
+    p_zstd         boolean[],
+    p_key_ids      text[],
+    p_recur        text[],
+    p_delays       bigint[],
+    p_cand_idx     integer[],
+    p_cands        timestamptz[]
+) RETURNS TABLE (idx integer, status text, txn text, message_id uuid, deliver_at timestamptz)
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    o       record;
+    cur     record;
+    v_bad   text;
+    v_first timestamptz;
+    v_txn   text;
+    v_near  timestamptz;
+    v_st    text;
+BEGIN
+    IF p_check_switch AND NOT queen_timers_scheduling_enabled() THEN
+        RAISE EXCEPTION 'timer scheduling is switched off by an operator' USING ERRCODE = 'QT001';
+    END IF;
+    SELECT i.q INTO v_bad
+    FROM (SELECT DISTINCT u.q FROM unnest(p_ops, p_queues, p_key_ids) AS u(op, q, k)
+          WHERE u.op = 'schedule' AND u.k IS NULL) i
+    WHERE EXISTS (SELECT 1 FROM queen_queues qq WHERE qq.tenant = p_tenant AND qq.name = i.q AND qq.encryption_enabled)
+    LIMIT 1;
+    IF v_bad IS NOT NULL THEN
+        RAISE EXCEPTION 'queue % encrypts at rest', v_bad USING ERRCODE = 'QT002', DETAIL = v_bad;
+    END IF;
+    IF 'schedule' = ANY (p_ops) THEN
+        INSERT INTO queen_tenants (tenant) VALUES (p_tenant) ON CONFLICT DO NOTHING;
+    END IF;
+
+    FOR o IN
+        SELECT u.ord::integer AS i, u.op, u.q, u.k, coalesce(u.p, 'Default') AS p, u.t, u.id, u.pl,
+               coalesce(u.z, false) AS z, u.kid, u.rc, u.d
+        FROM unnest(p_ops, p_queues, p_keys, p_partitions, p_txns, p_ids, p_payloads, p_zstd, p_key_ids, p_recur,
+                    p_delays) WITH ORDINALITY AS u(op, q, k, p, t, id, pl, z, kid, rc, d, ord)
+        ORDER BY u.q, u.k
+    LOOP
+        SELECT t.recur, t.txn, t.message_id, t.deliver_at, t.due_at,
+               (t.claim_token IS NOT NULL AND t.claimed_until > now()) AS claimed
+          INTO cur
+        FROM queen_timers t
+        WHERE t.tenant = p_tenant AND t.queue = o.q AND t.timer_key = o.k
+        FOR UPDATE OF t;
+        IF FOUND AND cur.claimed THEN
+            idx := o.i; status := 'too_late'; txn := NULL; message_id := NULL; deliver_at := NULL;
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+
+        IF o.op = 'schedule' THEN
+            IF o.d IS NOT NULL THEN
+                v_first := now() + o.d * interval '1 millisecond';
+            ELSE
+                SELECT min(c.t) INTO v_first FROM unnest(p_cand_idx, p_cands) AS c(i, t) WHERE c.i = o.i AND c.t > now();
+                IF v_first IS NULL THEN
+                    RAISE EXCEPTION 'no first occurrence after the database clock among the broker''s candidates'
+                        USING ERRCODE = 'QT003';
+                END IF;
+            END IF;
+            v_txn := o.t || '@' || to_char(v_first AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"');
+            INSERT INTO queen_timers AS t (tenant, queue, timer_key, partition, txn, message_id, payload,
+                                           payload_zstd, key_id, producer_sub, deliver_at, due_at, payload_ready,
+                                           recur, occurrences, last_fired_at)
+            VALUES (p_tenant, o.q, o.k, o.p, v_txn, o.id, o.pl, o.z, o.kid, p_sub, v_first, v_first, false,
+                    o.rc, 0, NULL)
+            ON CONFLICT (tenant, queue, timer_key) DO UPDATE
+               SET partition = excluded.partition, txn = excluded.txn, message_id = excluded.message_id,
+                   payload = excluded.payload, payload_zstd = excluded.payload_zstd, key_id = excluded.key_id,
+                   payload_ready = false, producer_sub = excluded.producer_sub, deliver_at = excluded.deliver_at,
+                   due_at = excluded.due_at, attempts = 0, failures = 0, last_error = NULL,
+                   claim_token = NULL, claimed_until = NULL, claimed_by = NULL, updated_at = now(),
+                   recur = excluded.recur, occurrences = 0, last_fired_at = NULL;
+            idx := o.i; status := CASE WHEN cur.txn IS NOT NULL THEN 'rescheduled' ELSE 'scheduled' END;
+            txn := v_txn; message_id := o.id; deliver_at := v_first;
+            v_near := least(v_near, v_first);
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+
+        IF cur.txn IS NULL THEN
+            v_st := 'absent';
+        ELSIF cur.recur IS NULL THEN
+            v_st := 'not_recurring';
+        ELSIF o.op = 'pause' THEN
+            UPDATE queen_timers t SET due_at = NULL, updated_at = now()
+            WHERE t.tenant = p_tenant AND t.queue = o.q AND t.timer_key = o.k AND t.due_at IS NOT NULL;
+            v_st := 'paused';
+        ELSE
+            UPDATE queen_timers t SET due_at = t.deliver_at, updated_at = now()
+            WHERE t.tenant = p_tenant AND t.queue = o.q AND t.timer_key = o.k AND t.due_at IS NULL;
+            IF FOUND THEN
+                v_near := least(v_near, cur.deliver_at);
+            END IF;
+            v_st := 'resumed';
+        END IF;
+        idx := o.i; status := v_st;
+        txn := CASE WHEN v_st = 'absent' THEN o.t ELSE cur.txn END;
+        message_id := CASE WHEN v_st IN ('paused', 'resumed') THEN cur.message_id END;
+        deliver_at := CASE WHEN v_st IN ('paused', 'resumed') THEN cur.deliver_at END;
+        RETURN NEXT;
+    END LOOP;
+
+    IF p_near_ms >= 0 AND v_near IS NOT NULL AND v_near <= now() + p_near_ms * interval '1 millisecond' THEN
+        PERFORM pg_notify('queen_timers', greatest(ceil(extract(epoch FROM v_near - now()) * 1000), 0)::bigint::text);
+    END IF;
+END
 $$;

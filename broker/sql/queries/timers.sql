@@ -31,7 +31,8 @@ WHERE tenant = $1 AND name = ANY($2::text[]) AND encryption_enabled;
 -- name: timers_peek
 SELECT queue, timer_key, partition, deliver_at, txn, message_id, payload, payload_zstd, key_id,
        producer_sub, attempts, last_error,
-       (claim_token IS NOT NULL AND claimed_until > now()) AS claimed, created_at, updated_at
+       (claim_token IS NOT NULL AND claimed_until > now()) AS claimed, created_at, updated_at,
+       recur, occurrences, last_fired_at, (recur IS NOT NULL AND due_at IS NULL) AS paused
 FROM queen_timers
 WHERE tenant = $1 AND queue = $2 AND timer_key = $3;
 
@@ -39,7 +40,7 @@ WHERE tenant = $1 AND queue = $2 AND timer_key = $3;
 -- $4 is the page size + 1, so "truncated" is known without a count.
 SELECT queue, timer_key, partition, deliver_at, txn, message_id, payload_zstd, key_id, producer_sub,
        attempts, last_error, (claim_token IS NOT NULL AND claimed_until > now()) AS claimed,
-       created_at, updated_at
+       created_at, updated_at, recur, occurrences, last_fired_at, (recur IS NOT NULL AND due_at IS NULL) AS paused
 FROM queen_timers
 WHERE tenant = $1 AND queue = $2 AND ($3::text IS NULL OR timer_key > $3::text COLLATE "C")
 ORDER BY timer_key
@@ -69,8 +70,9 @@ FROM queen_timers_take($1::integer, $2::text, $3::boolean, $4::integer);
 -- One cycle's take and, when every row taken is ready, its fire (queen_timers_sweep): rows 'fired' /
 -- 'duplicate', or 'taken' (to pack and fire; $8: inside the sweeper's fire transaction) or 'unready'
 -- (to take again in one; $8 false: the statement is the cycle's transaction), then one 'summary'.
+-- Taken rows carry recur and db_now (a recurring row's schedule and the database's clock).
 SELECT kind, tenant, queue, timer_key, partition, message_id, tid, payload, payload_zstd, key_id, deliver_at,
-       fault, stall_ms, next_due_ms, paused, taken, lag_s
+       fault, stall_ms, next_due_ms, paused, taken, lag_s, recur, db_now
 FROM queen_timers_sweep($1::integer, $2::text, $3::boolean, $4::integer, $5::integer, $6::bigint, $7::bigint,
                         $8::boolean);
 
@@ -197,3 +199,38 @@ SELECT coalesce((SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'queen
 -- point (see broker/sql/migrations/0022_timers_vacuum.sql); SKIP_LOCKED: when autovacuum is on the table
 -- already, this one steps aside instead of waiting.
 VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON) queen_timers;
+
+-- name: timers_recur_apply
+-- Recurring ops of POST /api/v1/timers and of the timers rider (queen_timers_recur_apply) and the meter
+-- of the schedules among them ($18 = the metering period in seconds): one statement, as timers_schedule.
+WITH r AS MATERIALIZED (
+    SELECT idx, status, txn, message_id, deliver_at
+    FROM queen_timers_recur_apply($1::text, $2::text, $3::boolean, $4::bigint, $5::text[], $6::text[], $7::text[],
+                                  $8::text[], $9::text[], $10::uuid[], $11::bytea[], $12::boolean[], $13::text[],
+                                  $14::text[], $15::bigint[], $16::integer[], $17::timestamptz[])
+),
+m AS MATERIALIZED (
+    SELECT queen_meter($1::text, $18::integer,
+                       (SELECT count(*) FROM r WHERE r.status IN ('scheduled', 'rescheduled')), 0::bigint) AS done
+    WHERE $18::integer > 0  -- 0: not metered
+)
+SELECT r.idx, r.status, r.txn, r.message_id, r.deliver_at FROM r LEFT JOIN m ON true ORDER BY r.idx;
+
+-- name: timers_fire_taken_recur
+-- timers_fire_taken with recurring rows among those taken ($18-$27: each moved to the next occurrence the
+-- sweeper computed, its due occurrence pushed when $24; $28 = the metering period in seconds).
+SELECT kind, tenant, queue, timer_key, lag_s
+FROM queen_timers_fire(NULL, $1::text[], $2::text[], $3::text[], $4::uuid[], $5::tid[], $6::bytea[],
+                       $7::smallint[], $8::text[], $9::text[], $10::text[], $11::uuid[], $12::text[],
+                       $13::integer[], $14::boolean[], $15::integer, $16::bigint, $17::bigint,
+                       $18::text[], $19::text[], $20::text[], $21::uuid[], $22::bytea[], $23::smallint[],
+                       $24::boolean[], $25::timestamptz[], $26::uuid[], $27::text[], $28::integer);
+
+-- name: timers_fire_recur
+-- timers_fire (leased rows, by token $1) with recurring rows among them ($16-$25 as above, $26 the period).
+SELECT kind, tenant, queue, timer_key, lag_s
+FROM queen_timers_fire($1::uuid, $2::text[], $3::text[], $4::text[], NULL, NULL, $5::bytea[], $6::smallint[],
+                       $7::text[], $8::text[], $9::text[], NULL, $10::text[], $11::integer[], $12::boolean[],
+                       $13::integer, $14::bigint, $15::bigint,
+                       $16::text[], $17::text[], $18::text[], $19::uuid[], $20::bytea[], $21::smallint[],
+                       $22::boolean[], $23::timestamptz[], $24::uuid[], $25::text[], $26::integer);
