@@ -23,6 +23,8 @@ Sources:
   LCK  = docs/protocol.md §5 and docs/decisions.md §8: locks and semaphores (POST /api/v1/locks), their
          fencing tokens, and the guard inside a transaction.
   EPH  = docs/protocol.md §6: the ephemeral queues (/api/v1/ephemeral/*).
+  REC  = docs/timer-routes.md §15 and docs/concepts/recurring-schedules.md: recurring timers, this broker's
+         extension of the timer wire (the extensions profile: the official client has no call for them).
 
 ``queen conformance --list`` prints every id with its sentence and the tests that check it.
 """
@@ -42,6 +44,7 @@ class C:
 TR = "docs/timer-routes.md"
 ML = "README / Message log"
 E6 = "docs/protocol.md §6"
+REC = "docs/timer-routes.md §15"
 
 CONTRACTS: tuple[C, ...] = (
     # ---------------------------------------------------------------- timer spec: The routes
@@ -822,6 +825,22 @@ CONTRACTS: tuple[C, ...] = (
     C("XB-EPH-WAKE", "README / Multiple brokers on one database",
       "A push to an ephemeral queue through one broker wakes a waiting ephemeral pop on another broker of "
       "the deployment within seconds, and a message pushed through one is popped through the other."),
+    C("REC-SCHEDULE-SHAPE", REC,
+      "A schedule op with a recur object answers scheduled with the schedule echoed as recur, txn = the op's "
+      "txn@deliverAt (the first occurrence's), and peek and list show the row with recur, paused and occurrences."),
+    C("REC-FIRES-ON-SCHEDULE", REC,
+      "Each occurrence fires once into the queue, its frame txn naming the occurrence, and the occurrences are "
+      "first + k x everyMs exactly: the next is computed from the schedule, never from the fire time."),
+    C("REC-PAUSE-RESUME", REC,
+      "pause and resume answer paused / resumed (ok) with the next occurrence, peek shows paused; on a one-shot "
+      "timer they answer not_recurring, on a missing key absent (ok false)."),
+    C("REC-REPLACE", REC,
+      "A schedule on an existing key replaces it (rescheduled, new message id), recurring or one-shot either way."),
+    C("REC-BAD-INPUT", REC,
+      "A bad cron expression, an unknown time zone, an interval below 1000 ms or conflicting fields is a 400 in "
+      "the envelope and nothing of the batch is applied."),
+    C("REC-CANCEL", REC,
+      "Cancelling a recurring timer deletes it: nothing fires after the cancel and peek finds nothing."),
 )
 
 BY_ID: dict[str, C] = {c.id: c for c in CONTRACTS}
