@@ -19,7 +19,16 @@ def _ts(text: str) -> datetime:
 
 
 def _every(api, queue: str, key: str, ms: int, **recur_extra) -> dict:
-    return api.schedule_op(queue, key, payload={"r": key}, recur={"everyMs": ms, **recur_extra})
+    """An interval schedule whose first occurrence is one interval away (no delayMs)."""
+    op = api.schedule_op(queue, key, payload={"r": key}, recur={"everyMs": ms, **recur_extra})
+    op.pop("delayMs")
+    return op
+
+
+def _cron(api, queue: str, key: str, expr: str, zone: str) -> dict:
+    op = api.schedule_op(queue, key, payload={}, recur={"cron": expr, "timeZone": zone})
+    op.pop("delayMs")  # a cron schedule's first occurrence is its next instant
+    return op
 
 
 @contract("REC-SCHEDULE-SHAPE")
@@ -80,8 +89,7 @@ def test_pause_and_resume(api):
 def test_replace_by_key(api):
     q, k = uniq("q"), uniq("k")
     [a] = expect(api.timers([_every(api, q, k, 60_000)]), 200)["results"]
-    [b] = expect(api.timers([api.schedule_op(q, k, payload={}, recur={"cron": "0 9 * * *",
-                                                                        "timeZone": "Europe/Berlin"})]), 200)["results"]
+    [b] = expect(api.timers([_cron(api, q, k, "0 9 * * *", "Europe/Berlin")]), 200)["results"]
     assert b["status"] == "rescheduled" and b["messageId"] != a["messageId"], b
     assert api.peek_ok(q, k)["recur"]["cron"] == "0 9 * * *"
     [c] = expect(api.timers([api.schedule_op(q, k, delay_ms=600_000)]), 200)["results"]
