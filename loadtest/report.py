@@ -371,6 +371,21 @@ def _verdict(kind: str, s: dict[str, Any]) -> str:
         rows = [[label, w.get(key), od.SEED["without"].get(key), d.get(key), od.SEED["with"].get(key)] for key, label in od.ROWS]
         return f'<div class="verdict {cls}" id="verdict">{text}</div>' + html_table(
             ["", "without deadlines", "(seed, 35 s run)", "with deadlineMs", "(seed, 35 s run)"], rows)
+    if kind == "recurring":
+        from loadtest import recurring as rc
+
+        fl, dl = s["fire_lag_ms"], s["delivery_lag_ms"]
+        text = (f"{_e(rc.verdict_line(s))}. Fire lag p50 {_e(fl.get('p50'))} ms, p99 <b>{_e(fl.get('p99'))} ms</b>; "
+                f"next occurrence {_e(s.get('next_cost_us_broker'))} us each in the broker.")
+        cls = "good" if s["missed"] == 0 and s["doubles"] == 0 and not s["errors"] else "bad"
+        rows = [["fire lag (createdAt - occurrence)", fl.get("count"), fl.get("p50"), fl.get("p90"), fl.get("p99"), fl.get("max")],
+                ["delivery lag (receipt - occurrence)", dl.get("count"), dl.get("p50"), dl.get("p90"), dl.get("p99"), dl.get("max")]]
+        return f'<div class="verdict {cls}" id="verdict">{text}</div>' + html_table(
+            ["lag (ms)", "count", "p50", "p90", "p99", "max"], rows) + html_table(
+            ["", "value"], [["expected occurrences", s["expected"]], ["received", s["received"]], ["missed", s["missed"]],
+                            ["doubled", s["doubles"]], ["next occurrence, us (broker)", s.get("next_cost_us_broker")],
+                            ["next occurrence, us (measured here)", s.get("next_cost_us_local")],
+                            ["schedule call median, ms", s.get("schedule_call_ms")]])
     failed = sum(int(f.get("occurrences", 0)) for f in s.get("failures", []))
     cls = "bad" if failed else "good"
     if kind == "timers_lag":

@@ -5,8 +5,9 @@ one-file ``report.html`` (verdict first, plots inline, machine and settings).
     queen loadtest capacity --slo-p99-ms 50 [--rates 250,500,1000,...] [--step-duration 20]
     queen loadtest timers_lag --rate 1000 -- --partitions 8     (after `--`: Locust / scenario options)
 
-Scenarios: ``timers_lag``, ``timers_schedule``, ``push_pop`` (Locust, headless, in a child process) and
-``outage_deadlines`` (an asyncio program, see its module docstring). Without ``--url`` a broker is
+Scenarios: ``timers_lag``, ``timers_schedule``, ``push_pop`` (Locust, headless, in a child process),
+``outage_deadlines`` and ``recurring`` (asyncio programs, see their module docstrings:
+``queen loadtest recurring --schedules 200 --tenants 4 [--mode minute]``). Without ``--url`` a broker is
 started for the run (``broker.process.localserver.LocalBroker``, embedded PostgreSQL in a temporary directory)
 and stopped afterwards. Traffic goes only to that broker or to the URL given. Every run is bounded: the
 Locust child gets ``-t`` and ``--max-items`` and is killed if it overstays by 90 s (or on Ctrl-C).
@@ -27,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,7 +41,7 @@ LOCUST_SCENARIOS = {
     "timers_schedule": {"file": "timers_schedule.py", "users": 8, "duration": 30},
     "push_pop": {"file": "push_pop.py", "users": 6, "duration": 30},
 }
-SCENARIOS = (*LOCUST_SCENARIOS, "outage_deadlines", "capacity")
+SCENARIOS = (*LOCUST_SCENARIOS, "outage_deadlines", "capacity", "recurring")
 DEFAULT_CAPACITY_RATES = (100, 250, 500, 750, 1000, 1500, 2000, 3000, 4000, 6000)
 
 
@@ -69,6 +71,11 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
         skip |= {"rate", "users", "duration"}
     if args.scenario not in ("timers_lag", "capacity"):
         skip |= {"rate", "window_ms"}
+    rec = {"schedules", "tenants", "mode", "jwt_secret"}
+    if args.scenario != "recurring":
+        skip |= rec
+    else:
+        skip |= {"rate", "users", "distributed", "window_ms", "jwt_secret"}
     out = {k: v for k, v in vars(args).items() if k not in skip}
     out["locust_args"] = " ".join(args.locust_args) if getattr(args, "locust_args", None) else None
     return out
@@ -76,7 +83,7 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
 
 # ---- the broker under test
 @contextlib.contextmanager
-def target(url: str | None, broker_workers: int, log_dir: Path) -> Iterator[str]:
+def target(url: str | None, broker_workers: int, log_dir: Path, env: dict[str, str] | None = None) -> Iterator[str]:
     """Yield the URL to load: the one given, or a local broker started (and stopped) for this run."""
     if url:
         yield url.rstrip("/")
@@ -84,7 +91,7 @@ def target(url: str | None, broker_workers: int, log_dir: Path) -> Iterator[str]
     from broker.process.localserver import LocalBroker
 
     data = Path(tempfile.mkdtemp(prefix="queen-loadtest-"))
-    b = LocalBroker(data_dir=data, workers=broker_workers, log_path=log_dir / "broker.log")
+    b = LocalBroker(data_dir=data, workers=broker_workers, log_path=log_dir / "broker.log", env=env)
     print(f"loadtest: starting a local broker ({broker_workers} workers, embedded PostgreSQL in {data})", flush=True)
     try:
         b.start(timeout=120)
@@ -374,6 +381,23 @@ def run_outage(args: argparse.Namespace, url: str, out: Path) -> dict[str, Any]:
     return result
 
 
+def run_recurring(args: argparse.Namespace, url: str, out: Path) -> dict[str, Any]:
+    from loadtest import recurring as rc
+
+    p = rc.Params(url=url, schedules=args.schedules, tenants=args.tenants, mode=args.mode,
+                  duration=args.duration if args.duration_given else 20.0, jwt_secret=args.jwt_secret)
+    result = rc.run(p)
+    result["machine"] = machine(args.load_start)
+    result["url"] = url
+    (out / "summary.json").write_text(json.dumps(result, indent=2, default=str))
+    report.write_html(out, "recurring", result, settings(args))
+    print(f"\n== recurring: {url} ==")
+    print(rc.table(result))
+    print(machine_line(result["machine"]))
+    print(f"\nwritten: {out}/report.html and summary.json")
+    return result
+
+
 # ---- command line
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="queen loadtest", description="Load and capacity harness (Locust).",
@@ -403,6 +427,14 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--drain", type=float, default=15.0, help="outage_deadlines: longest wait for the backlog (s)")
     ap.add_argument("--margin", type=float, default=0.25,
                     help="outage_deadlines: billing charges only while the deadline is this many seconds away")
+    # recurring
+    ap.add_argument("--schedules", type=int, default=100, help="recurring: schedules (spread over the tenants)")
+    ap.add_argument("--tenants", type=int, default=4, help="recurring: tenants (needs --jwt-secret with --url)")
+    ap.add_argument("--mode", choices=("second", "minute"), default="second",
+                    help="recurring: every second (* * * * * *) or every minute (* * * * *: give --duration >= 180)")
+    ap.add_argument("--jwt-secret", default=None,
+                    help="recurring: the broker's QUEEN_JWT_SECRET, to mint one token per tenant (a local broker "
+                         "gets one of its own)")
     return ap
 
 
@@ -423,7 +455,15 @@ def main(argv: list[str] | None = None) -> int:
     args.duration = float(args.duration or spec["duration"])
     out = Path(args.out or f"loadtest-out/{args.scenario}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     out.mkdir(parents=True, exist_ok=True)
-    with target(args.url, args.broker_workers, out) as url:
+    env = None
+    if args.scenario == "recurring" and not args.url and not args.jwt_secret:
+        args.jwt_secret = uuid.uuid4().hex + uuid.uuid4().hex  # the local broker authenticates: one tenant per token
+    if args.scenario == "recurring" and not args.url:
+        env = {"QUEEN_JWT_SECRET": args.jwt_secret}
+    with target(args.url, args.broker_workers, out, env) as url:
+        if args.scenario == "recurring":
+            result = run_recurring(args, url, out)
+            return 0 if result["missed"] == 0 and result["doubles"] == 0 else 1
         if args.scenario == "capacity":
             result = capacity(args, url, out)
             return 0 if result["steps"] else 1
