@@ -11,7 +11,9 @@ from datetime import datetime, timedelta
 import httpx
 import pytest
 from conftest import uniq
-from helpers import b64, db_fetch, refused, wait_for
+from helpers import authed, b64, db_fetch, dedicated_broker, refused, wait_for
+
+from broker.errors import TIMERS_HINT_HEADER, TIMERS_HINT_VALUE
 
 
 def every(queue: str, key: str, ms: int = 1_000, *, txn: str | None = None, missed: str | None = None,
@@ -277,3 +279,51 @@ def test_encrypted_queue_gets_sealed_occurrences(start_broker):
         stored = db_fetch(b.dsn, "SELECT m.key_id FROM queen_messages m JOIN queen_partitions p "
                           "ON p.tenant = m.tenant AND p.id = m.partition_id WHERE p.queue = $1", q)
         assert stored and all(r["key_id"] for r in stored)
+
+
+# ------------------------------------------------------------------ tenants, grants, rungs
+SECRET = "recurring-timers-test-secret"
+
+
+@pytest.fixture(scope="module")
+def srv(pg, tmp_path_factory):
+    env = {"QUEEN_JWT_SECRET": SECRET, "QUEEN_LIMITS_REFRESH_MS": "50", "QUEEN_SWEEPER_MAX_SLEEP_MS": "200"}
+    with dedicated_broker(pg, tmp_path_factory, "recurring-auth", env) as b:
+        yield b
+
+
+def test_tenants_are_isolated_and_pause_needs_the_produce_grant(srv):
+    q = uniq("rq")
+    a = authed(SECRET, srv, "tenant-a", "a", ["produce", "consume"])
+    b = authed(SECRET, srv, "tenant-b", "b", ["produce", "consume"])
+    reader = authed(SECRET, srv, "tenant-a", "reader", ["consume"])
+    [res] = a.timer_results(every(q, "shared", 1_000, delay=0, missed="all"))
+    assert res["status"] == "scheduled"
+    assert b.peek(q, "shared").json()["found"] is False and b.list_timers(q).json()["rows"] == []
+    assert b.timer_results({"op": "pause", "queue": q, "timerKey": "shared"})[0]["status"] == "absent"
+    assert b.cancel(q, "shared").json()["status"] == "absent"
+    assert reader.timers({"op": "pause", "queue": q, "timerKey": "shared"}).status_code == 403
+    assert a.pop_until(q, 2)  # tenant a's schedule keeps firing into tenant a's queue
+    assert b.messages(q, wait="true", timeout="1200") == []  # and nothing reaches tenant b's queue of that name
+    assert a.peek(q, "shared").json()["paused"] is False
+    assert a.cancel(q, "shared").json()["status"] == "cancelled"
+
+
+def test_a_suspended_cluster_refuses_schedules_but_cancel_works_and_the_fire_goes_on(srv):
+    q = uniq("rq")
+    admin = authed(SECRET, srv, "ops", "operator", ["admin"])
+    c = authed(SECRET, srv, "acme", "svc", ["produce", "consume"])
+    base = uniq("susp")
+    c.timer_results(every(q, "r", 1_000, txn=base, delay=0, missed="all"))
+    wait_for(lambda: occurrences(srv.dsn, base), timeout=10, what="first occurrence")
+    assert admin.post("/api/v1/admin/cluster/suspended", json={"suspended": True}).status_code == 200
+    try:
+        r = wait_for(lambda: (x := c.timers(every(q, "new", 60_000))).status_code == 403 and x)
+        assert r.headers[TIMERS_HINT_HEADER] == TIMERS_HINT_VALUE
+        assert c.timers({"op": "pause", "queue": q, "timerKey": "r"}).status_code == 403  # pause is schedule-class
+        n = len(occurrences(srv.dsn, base))
+        wait_for(lambda: len(occurrences(srv.dsn, base)) >= n + 2, timeout=10, what="the fire goes on")
+        assert c.cancel(q, "r").json()["status"] == "cancelled"  # the DELETE route always works
+        assert c.peek(q, "new").json()["found"] is False
+    finally:
+        admin.post("/api/v1/admin/cluster/suspended", json={"suspended": False})
