@@ -32,6 +32,7 @@ from broker.metrics import TIMERS_OPS
 from broker.payloads import seal
 from broker.store.pool import Conn
 from broker.store.queries import Q
+from broker.timers.calls import TimersApply
 from broker.timers.ops import CODE, TimerOp, bad
 from broker.timers.status import iso_us, result, status_of
 
@@ -171,11 +172,10 @@ async def apply(
             encrypting = {r["name"] for r in await conn.fetch(Q.timers_encrypting_queues, tenant, queues)}
     sweeper = _local_sweeper(broker, conn)
     for attempt in (1, 2):
-        args = _arrays(broker, principal, ops, encrypting, check_switch, notify=sweeper is None)
+        call = _call(broker, principal, ops, encrypting, check_switch=check_switch, notify=sweeper is None,
+                     meter_period_s=metering.period_seconds() if meter else None)
+        query, args = call.query, call.args()
         sent_at = asyncio.get_running_loop().time()
-        query = Q.timers_apply
-        if meter:
-            query, args = Q.timers_schedule, (*args, metering.period_seconds())
         try:
             if broker.keyring and conn.is_in_transaction():
                 # A savepoint, so the encryption retry below runs in a still usable transaction.
@@ -266,10 +266,10 @@ def log_ready(broker: Broker, op: TimerOp) -> bool:
     return True
 
 
-def _arrays(
-    broker: Broker, principal: Principal, ops: Sequence[TimerOp], encrypting: set[str], check_switch: bool,
-    *, notify: bool = True,
-) -> tuple[Any, ...]:
+def _call(
+    broker: Broker, principal: Principal, ops: Sequence[TimerOp], encrypting: set[str], *, check_switch: bool,
+    notify: bool, meter_period_s: int | None,
+) -> TimersApply:
     kinds = [op.op for op in ops]
     queues = [op.queue for op in ops]
     keys = [op.key for op in ops]
@@ -300,9 +300,13 @@ def _arrays(
     # A column with nothing to say (every partition the default, nothing zstd, nothing sealed) is sent as
     # NULL, which queen_timers_apply reads as all NULLs: asyncpg spends an isinstance test or two on every
     # element it encodes, and these three were a third of a plain batch's elements.
-    return (principal.tenant, principal.sub, check_switch, near_ms, kinds, queues, keys,
-            parts if any(p is not None for p in parts) else None, txns, ids, payloads,
-            zstd if any(zstd) else None, key_ids if any(k is not None for k in key_ids) else None, delays, ready)
+    return TimersApply(
+        tenant=principal.tenant, sub=principal.sub, check_switch=check_switch, near_ms=near_ms, ops=kinds,
+        queues=queues, keys=keys, partitions=parts if any(p is not None for p in parts) else None, txns=txns,
+        ids=ids, payloads=payloads, zstd=zstd if any(zstd) else None,
+        key_ids=key_ids if any(k is not None for k in key_ids) else None, delays_ms=delays, ready=ready,
+        meter_period_s=meter_period_s,
+    )
 
 
 async def admit(broker: Broker, principal: Principal, ops: Sequence[TimerOp]) -> None:
