@@ -13,7 +13,7 @@ import uuid
 
 import asyncpg
 import pytest
-from helpers import take_and_lease
+from helpers import apply_call, fire_call, take_and_lease, take_call
 
 from broker.codec import Codec
 from broker.store.pool import connect
@@ -44,10 +44,9 @@ async def schedule(conn: asyncpg.Connection, tenant: str, queue: str, keys: list
     delays = delays if delays is not None else [0] * n
     payloads = payloads if payloads is not None else [b'{"i": %d}' % i for i in range(n)]
     txns = txns if txns is not None else [f"{queue}-{k}" for k in keys]
-    return await conn.fetch(
-        Q.timers_apply, tenant, f"sub-{tenant}", True, 1000, ["schedule"] * n, [queue] * n, keys, [partition] * n,
-        txns, [uuid.uuid4() for _ in keys], payloads, [False] * n, [None] * n, delays, [ready] * n,
-    )
+    call = apply_call(tenant, [("schedule", queue, k) for k in keys], sub=f"sub-{tenant}", txns=txns,
+                      partition=partition, payloads=payloads, delays_ms=delays, ready=ready)
+    return await conn.fetch(Q.timers_apply, *call.args())
 
 
 async def faulty_timer(db: tuple[str, asyncpg.Connection], fault: str, count: int, ms: int,
@@ -262,11 +261,8 @@ async def test_fire_answers_each_row_with_its_own_queue_key_and_lag(db):
                      "ARRAY[NULL::uuid], ARRAY['{}'::bytea], ARRAY[0::smallint], ARRAY[NULL::text], ARRAY['s'], "
                      "ARRAY[NULL::bigint])")  # a3 already went out (a lost commit): a duplicate
     async with conn.transaction():
-        rows = [r for r in await conn.fetch(Q.timers_take, 100, None, False, 250) if r["tenant"] is not None]
-        n = len(rows)
-        out = await conn.fetch(Q.timers_fire_taken, [r["tenant"] for r in rows], [r["queue"] for r in rows],
-                               [r["timer_key"] for r in rows], [r["message_id"] for r in rows], [r["tid"] for r in rows],
-                               [None] * n, [0] * n, [], [], [], [], [], [], [], 3, 50, 1000)
+        rows = [r for r in await conn.fetch(Q.timers_take, *take_call(100).args()) if r["tenant"] is not None]
+        out = await conn.fetch(Q.timers_fire, *fire_call(rows).args())
     got = {(r["queue"], r["timer_key"]): r for r in out}
     assert len(out) == 10 and set(got) == {("qa", f"a{i}") for i in range(5)} | {("qb", f"b{i}") for i in range(5)}
     assert [k for k, r in sorted(got.items()) if r["kind"] == "duplicate"] == [("qa", "a3")]
@@ -288,9 +284,9 @@ async def test_a_lost_claim_commits_nothing(db):
     await asyncio.sleep(0.05)  # lease of 10 ms expired
     rows = await take_and_lease(conn, token=tok_b, lease_ms=30_000, batch=10, claimed_by="b")
     assert [r["timer_key"] for r in rows] == ["k"]
-    out = await conn.fetch(Q.timers_fire, tok_a, ["t1"], ["q"], ["k"], [None], [0], [], [], [], [], [], [], 3, 50, 1000)
+    out = await conn.fetch(Q.timers_fire, *fire_call(rows, token=tok_a).args())
     assert out == [] and len(await log_rows(conn)) == 0
-    out = await conn.fetch(Q.timers_fire, tok_b, ["t1"], ["q"], ["k"], [None], [0], [], [], [], [], [], [], 3, 50, 1000)
+    out = await conn.fetch(Q.timers_fire, *fire_call(rows, token=tok_b).args())
     assert [r["kind"] for r in out] == ["fired"]
 
 
@@ -466,7 +462,7 @@ async def test_two_claims_at_the_same_moment_take_different_partitions(db):
     tx = first.transaction()
     await tx.start()
     try:
-        a = await first.fetch(Q.timers_take, 50, None, False, 250)
+        a = await first.fetch(Q.timers_take, *take_call(50).args())
         assert {r["partition"] for r in a if r["tenant"]} == {"P0"}
         b = await claim(conn, batch=50)  # while the first claim's transaction is still open
         assert {r["partition"] for r in b} == {"P1"} and len(b) == 50
@@ -494,7 +490,7 @@ async def test_a_take_whose_due_rows_vanish_before_its_lock_answers_the_next_due
             RETURN pg_catalog.pg_try_advisory_xact_lock(k1, k2);
         END $$""")
     await conn.execute("SET search_path = public, pg_catalog")
-    rows = await conn.fetch(Q.timers_take, 100, None, False, 250)
+    rows = await conn.fetch(Q.timers_take, *take_call(100).args())
     assert [r["timer_key"] for r in rows if r["tenant"]] == []
     [summary] = [r for r in rows if r["tenant"] is None]
     assert 2_000 < summary["next_due_ms"] <= 3_000  # before the fix: about -10, and a 50 ms "blocked" sleep
@@ -570,19 +566,16 @@ async def test_beside_another_tenant_a_burst_takes_at_most_its_slice(db):
 
 # ---- the fire transaction is the claim: a take writes nothing, the fire commits in the same transaction
 async def take(conn: asyncpg.Connection, batch: int = 100) -> list:
-    return [r for r in await conn.fetch(Q.timers_take, batch, None, False, 250) if r["tenant"] is not None]
+    return [r for r in await conn.fetch(Q.timers_take, *take_call(batch).args()) if r["tenant"] is not None]
 
 
 async def fire_taken(conn: asyncpg.Connection, rows: list) -> list:
-    n = len(rows)
-    return await conn.fetch(Q.timers_fire_taken, [r["tenant"] for r in rows], [r["queue"] for r in rows],
-                            [r["timer_key"] for r in rows], [r["message_id"] for r in rows], [r["tid"] for r in rows],
-                            [None] * n, [0] * n, [], [], [], [], [], [], [], 3, 50, 1000)
+    return await conn.fetch(Q.timers_fire, *fire_call(rows).args())
 
 
 async def cancel(conn: asyncpg.Connection, tenant: str, queue: str, key: str) -> str:
-    [r] = await conn.fetch(Q.timers_apply, tenant, "sub", False, 1000, ["cancel"], [queue], [key], [None], ["c"],
-                           [None], [None], [None], [None], [None], [None])
+    [r] = await conn.fetch(Q.timers_apply, *apply_call(tenant, [("cancel", queue, key)], check_switch=False,
+                                                       txns=["c"]).args())
     return str(r["status"])
 
 

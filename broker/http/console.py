@@ -16,14 +16,14 @@ The files are read once, when the routes are set up; responses carry a strict Co
 
 from __future__ import annotations
 
-from pathlib import Path
+from importlib import resources
 
 from aiohttp import web
 
 from broker.context import BROKER
 from broker.errors import NotFound
 
-ASSET_DIR = Path(__file__).resolve().parent.parent / "console"
+ASSET_DIR = resources.files("broker") / "console"  # package data: found the same in a wheel as in a checkout
 ASSETS = {
     "index.html": "text/html; charset=utf-8",
     "console.js": "text/javascript; charset=utf-8",

@@ -34,6 +34,7 @@ from broker.payloads import seal
 from broker.store.pool import Conn
 from broker.store.queries import Q
 from broker.timers import recur
+from broker.timers.calls import TimersApply, TimersRecurApply
 from broker.timers.ops import CODE, TimerOp, bad
 from broker.timers.status import iso_us, result, status_of
 
@@ -196,11 +197,10 @@ async def apply(
             encrypting = {r["name"] for r in await conn.fetch(Q.timers_encrypting_queues, tenant, queues)}
     sweeper = _local_sweeper(broker, conn)
     for attempt in (1, 2):
-        args = _arrays(broker, principal, ops, encrypting, check_switch, notify=sweeper is None)
+        call = _call(broker, principal, ops, encrypting, check_switch=check_switch, notify=sweeper is None,
+                     meter_period_s=metering.period_seconds() if meter else None)
+        query, args = call.query, call.args()
         sent_at = asyncio.get_running_loop().time()
-        query = Q.timers_apply
-        if meter:
-            query, args = Q.timers_schedule, (*args, metering.period_seconds())
         try:
             if broker.keyring and conn.is_in_transaction():
                 # A savepoint, so the encryption retry below runs in a still usable transaction.
@@ -277,14 +277,14 @@ async def _apply_recur(
         if queues:
             encrypting = {r["name"] for r in await conn.fetch(Q.timers_encrypting_queues, tenant, queues)}
     for attempt in (1, 2):
-        args = _recur_arrays(broker, principal, ops, encrypting, check_switch)
-        period = metering.period_seconds() if meter else 0
+        call = _recur_call(broker, principal, ops, encrypting, check_switch,
+                           metering.period_seconds() if meter else 0)
         try:
             if conn.is_in_transaction():
                 async with conn.transaction():  # a savepoint: the encryption retry needs a usable transaction
-                    rows = await conn.fetch(Q.timers_recur_apply, *args, period)
+                    rows = await conn.fetch(Q.timers_recur_apply, *call.args())
             else:
-                rows = await conn.fetch(Q.timers_recur_apply, *args, period)
+                rows = await conn.fetch(Q.timers_recur_apply, *call.args())
             break
         except asyncpg.PostgresError as exc:
             state = getattr(exc, "sqlstate", None)
@@ -332,9 +332,10 @@ def _recur_json(broker: Broker, op: TimerOp) -> None:
                   "occurrence and checked now, not at each fire)") from None
 
 
-def _recur_arrays(
+def _recur_call(
     broker: Broker, principal: Principal, ops: Sequence[TimerOp], encrypting: set[str], check_switch: bool,
-) -> tuple[Any, ...]:
+    period_s: int,
+) -> TimersRecurApply:
     now = datetime.now(UTC)
     kinds: list[str] = []
     columns: list[list[Any]] = [[] for _ in range(10)]
@@ -373,9 +374,12 @@ def _recur_arrays(
             for c in op.recur.first_candidates(now):
                 cand_idx.append(n)
                 cands.append(c)
-    near_ms = broker.settings.sweeper_max_sleep_ms
-    return (principal.tenant, principal.sub, check_switch, near_ms, kinds, queues, keys, parts, txns, ids, payloads,
-            zstd, key_ids, stored, delays, cand_idx, cands)
+    return TimersRecurApply(
+        tenant=principal.tenant, sub=principal.sub, check_switch=check_switch,
+        near_ms=broker.settings.sweeper_max_sleep_ms, ops=kinds, queues=queues, keys=keys, partitions=parts,
+        txns=txns, ids=ids, payloads=payloads, zstd=zstd, key_ids=key_ids, recur=stored, delays_ms=delays,
+        cand_idx=cand_idx, cands=cands, meter_period_s=period_s,
+    )
 
 
 def _local_sweeper(broker: Broker, conn: Conn) -> Sweeper | None:
@@ -434,10 +438,10 @@ def log_ready(broker: Broker, op: TimerOp) -> bool:
     return True
 
 
-def _arrays(
-    broker: Broker, principal: Principal, ops: Sequence[TimerOp], encrypting: set[str], check_switch: bool,
-    *, notify: bool = True,
-) -> tuple[Any, ...]:
+def _call(
+    broker: Broker, principal: Principal, ops: Sequence[TimerOp], encrypting: set[str], *, check_switch: bool,
+    notify: bool, meter_period_s: int | None,
+) -> TimersApply:
     kinds = [op.op for op in ops]
     queues = [op.queue for op in ops]
     keys = [op.key for op in ops]
@@ -468,9 +472,13 @@ def _arrays(
     # A column with nothing to say (every partition the default, nothing zstd, nothing sealed) is sent as
     # NULL, which queen_timers_apply reads as all NULLs: asyncpg spends an isinstance test or two on every
     # element it encodes, and these three were a third of a plain batch's elements.
-    return (principal.tenant, principal.sub, check_switch, near_ms, kinds, queues, keys,
-            parts if any(p is not None for p in parts) else None, txns, ids, payloads,
-            zstd if any(zstd) else None, key_ids if any(k is not None for k in key_ids) else None, delays, ready)
+    return TimersApply(
+        tenant=principal.tenant, sub=principal.sub, check_switch=check_switch, near_ms=near_ms, ops=kinds,
+        queues=queues, keys=keys, partitions=parts if any(p is not None for p in parts) else None, txns=txns,
+        ids=ids, payloads=payloads, zstd=zstd if any(zstd) else None,
+        key_ids=key_ids if any(k is not None for k in key_ids) else None, delays_ms=delays, ready=ready,
+        meter_period_s=meter_period_s,
+    )
 
 
 async def admit(broker: Broker, principal: Principal, ops: Sequence[TimerOp]) -> None:

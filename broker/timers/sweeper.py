@@ -118,6 +118,7 @@ from broker.store.failures import DB_DOWN
 from broker.store.pool import connect
 from broker.store.queries import Q
 from broker.timers import recur
+from broker.timers.calls import Retry, TimersFire, TimersLease, TimersRecurRows, TimersSweep, TimersTake
 
 log = logging.getLogger("queen.sweeper")
 
@@ -167,6 +168,16 @@ class SweeperConfig:
             faults=s.test_hooks,
             peers=s.workers,
         )
+
+    @property
+    def retry(self) -> Retry:
+        return Retry(max_attempts=self.max_attempts, backoff_base_ms=self.backoff_base_ms,
+                     backoff_cap_ms=self.backoff_cap_ms)
+
+    def sweep(self, cursor: str | None, *, in_tx: bool) -> TimersSweep:
+        """One cycle's ``queen_timers_sweep`` call; faults are honoured only inside a transaction."""
+        take = TimersTake(batch=self.batch, cursor=cursor, faults=self.faults and in_tx, slice_cap=self.tenant_slice)
+        return TimersSweep(take=take, retry=self.retry, in_tx=in_tx)
 
     def clamp_sleep_ms(self, next_due_ms: int | None) -> int:
         if next_due_ms is None:
@@ -266,6 +277,27 @@ class _Packed:
         self.f_costs.append(0 if klass == "transient" else 1)
         self.f_wrap.append(bad_payload)
         TIMERS_FIRE_FAILED.labels(klass).inc()
+
+    def call(self, token: uuid.UUID | None, retry: Retry) -> TimersFire:
+        """The fire of these rows: taken in the open transaction (no token), or leased under ``token``
+        (found by key: their message ids and ctids are not sent)."""
+        taken = token is None
+        return TimersFire(
+            token=token, g_tenants=self.g_tenants, g_queues=self.g_queues, g_keys=self.g_keys,
+            g_ids=self.g_ids if taken else None, g_tids=self.g_tids if taken else None, g_payloads=self.g_payloads,
+            g_codecs=self.g_codecs, f_tenants=self.f_tenants, f_queues=self.f_queues, f_keys=self.f_keys,
+            f_ids=self.f_ids if taken else None, f_errors=self.f_errors, f_costs=self.f_costs, f_wrap=self.f_wrap,
+            retry=retry, recur=self._recur_rows(),
+        )
+
+    def _recur_rows(self) -> TimersRecurRows | None:
+        if not self.r_tenants:
+            return None  # a one-shot cycle's fire is the call it always was
+        return TimersRecurRows(
+            tenants=self.r_tenants, queues=self.r_queues, keys=self.r_keys, ids=self.r_ids, payloads=self.r_payloads,
+            codecs=self.r_codecs, fire=self.r_fire, next_at=self.r_next, next_ids=self.r_next_ids,
+            next_txns=self.r_next_txns, period_s=metering.period_seconds(),
+        )
 
     def good_row(self, i: int) -> dict[str, Any]:
         return {"tenant": self.g_tenants[i], "queue": self.g_queues[i], "timer_key": self.g_keys[i],
@@ -428,15 +460,13 @@ class Sweeper:
             # trips), taking and firing ready rows. Rows to pack come back as 'unready' (nothing taken):
             # this cycle takes them again inside a transaction, and so do the next ones (_in_tx) until a
             # cycle finds nothing to pack.
-            rows = await conn.fetch(Q.timers_sweep, cfg.batch, self.cursor, False, cfg.tenant_slice,
-                                    cfg.max_attempts, cfg.backoff_base_ms, cfg.backoff_cap_ms, False)
+            rows = await conn.fetch(Q.timers_sweep, *cfg.sweep(self.cursor, in_tx=False).args())
             _, fired, unready = self._read_sweep(rows, res)
             if not unready:
                 return fired
             self._in_tx = True
         async with conn.transaction():
-            rows = await conn.fetch(Q.timers_sweep, cfg.batch, self.cursor, cfg.faults, cfg.tenant_slice,
-                                    cfg.max_attempts, cfg.backoff_base_ms, cfg.backoff_cap_ms, True)
+            rows = await conn.fetch(Q.timers_sweep, *cfg.sweep(self.cursor, in_tx=True).args())
             taken, fired, _ = self._read_sweep(rows, res)
             if not taken:
                 self._in_tx = False
@@ -450,9 +480,10 @@ class Sweeper:
             # transaction stays open across the wait; the fire then goes by token.
             token = uuid.uuid4()
             self.held.add(token)
-            await conn.fetch(Q.timers_lease, token, cfg.lease_ms, self.name, [r["tenant"] for r in taken],
-                             [r["queue"] for r in taken], [r["timer_key"] for r in taken],
-                             [r["message_id"] for r in taken])
+            lease = TimersLease(token=token, lease_ms=cfg.lease_ms, claimed_by=self.name,
+                                tenants=[r["tenant"] for r in taken], queues=[r["queue"] for r in taken],
+                                keys=[r["timer_key"] for r in taken], ids=[r["message_id"] for r in taken])
+            await conn.fetch(Q.timers_lease, *lease.args())
         await self._stall(stall_ms)
         out = await self._settle(conn, token, packed)
         self.held.discard(token)
@@ -579,43 +610,12 @@ class Sweeper:
     async def _commit(self, conn: asyncpg.Connection, token: uuid.UUID | None, p: _Packed) -> list[Any]:
         """Fire by token (leased rows; one statement in autocommit is one transaction) or, with no token,
         the rows taken in the caller's open transaction (an error there undoes only this call)."""
-        cfg = self.config
-        if p.r_tenants:
-            return await self._commit_recurring(conn, token, p)
+        call = p.call(token, self.config.retry)
+        out = await conn.fetch(call.query, *call.args())
         if token is not None:
-            return await conn.fetch(
-                Q.timers_fire, token, p.g_tenants, p.g_queues, p.g_keys, p.g_payloads, p.g_codecs,
-                p.f_tenants, p.f_queues, p.f_keys, p.f_errors, p.f_costs, p.f_wrap,
-                cfg.max_attempts, cfg.backoff_base_ms, cfg.backoff_cap_ms,
-            )  # fmt: skip
-        out = await conn.fetch(
-            Q.timers_fire_taken, p.g_tenants, p.g_queues, p.g_keys, p.g_ids, p.g_tids, p.g_payloads, p.g_codecs,
-            p.f_tenants, p.f_queues, p.f_keys, p.f_ids, p.f_errors, p.f_costs, p.f_wrap,
-            cfg.max_attempts, cfg.backoff_base_ms, cfg.backoff_cap_ms,
-        )  # fmt: skip
+            return out
         for r in out:
             if r["kind"] == "error":  # the call's work was undone; the answer's other rows are void
-                raise _FireError(r["tenant"], r["queue"])
-        return out
-
-    async def _commit_recurring(self, conn: asyncpg.Connection, token: uuid.UUID | None, p: _Packed) -> list[Any]:
-        """``_commit`` for a cycle with recurring rows: the same one fire statement, with their arrays."""
-        cfg = self.config
-        rec = (p.r_tenants, p.r_queues, p.r_keys, p.r_ids, p.r_payloads, p.r_codecs, p.r_fire, p.r_next,
-               p.r_next_ids, p.r_next_txns, metering.period_seconds())
-        if token is not None:
-            return await conn.fetch(
-                Q.timers_fire_recur, token, p.g_tenants, p.g_queues, p.g_keys, p.g_payloads, p.g_codecs,
-                p.f_tenants, p.f_queues, p.f_keys, p.f_errors, p.f_costs, p.f_wrap,
-                cfg.max_attempts, cfg.backoff_base_ms, cfg.backoff_cap_ms, *rec,
-            )  # fmt: skip
-        out = await conn.fetch(
-            Q.timers_fire_taken_recur, p.g_tenants, p.g_queues, p.g_keys, p.g_ids, p.g_tids, p.g_payloads,
-            p.g_codecs, p.f_tenants, p.f_queues, p.f_keys, p.f_ids, p.f_errors, p.f_costs, p.f_wrap,
-            cfg.max_attempts, cfg.backoff_base_ms, cfg.backoff_cap_ms, *rec,
-        )  # fmt: skip
-        for r in out:
-            if r["kind"] == "error":
                 raise _FireError(r["tenant"], r["queue"])
         return out
 
