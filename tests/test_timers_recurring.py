@@ -327,3 +327,30 @@ def test_a_suspended_cluster_refuses_schedules_but_cancel_works_and_the_fire_goe
         assert c.peek(q, "new").json()["found"] is False
     finally:
         admin.post("/api/v1/admin/cluster/suspended", json={"suspended": False})
+
+
+# ------------------------------------------------------------------ failed and held fires (test hooks)
+def test_a_failed_occurrence_backs_off_and_the_schedule_keeps_its_instants(api, broker):
+    q, base = uniq("rq"), uniq("fail")
+    assert api.post("/api/v1/test/timers/fail", json={"queue": q, "count": 1, "class": "transient"}).status_code == 200
+    [res] = api.timer_results(every(q, "f", 2_000, txn=base, delay=0, missed="all"))
+    first = ts(res["deliverAt"])
+    got = wait_for(lambda: len(o := occurrences(broker.dsn, base)) >= 2 and o, timeout=10, what="two occurrences")
+    instants = [ts(t.split("@", 1)[1]) for t in got]
+    assert instants[:2] == [first, first + timedelta(seconds=2)]  # the retried one kept its instant and its place
+    assert len(got) == len(set(got))
+    api.cancel(q, "f")
+
+
+def test_a_held_occurrence_answers_too_late_then_fires_once(api, broker):
+    q, base = uniq("rq"), uniq("held")
+    assert api.post("/api/v1/test/timers/fail", json={"queue": q, "count": 1, "class": "stall", "ms": 1500}).status_code == 200
+    [res] = api.timer_results(every(q, "h", 60_000, txn=base, delay=0))
+    wait_for(lambda: api.peek(q, "h").json().get("claimed"), timeout=10, what="the occurrence leased")
+    assert api.timer_results({"op": "pause", "queue": q, "timerKey": "h"})[0]["status"] == "too_late"
+    got = wait_for(lambda: occurrences(broker.dsn, base), timeout=10, what="the held occurrence fired")
+    assert got == [res["txn"]]
+    body = api.peek(q, "h").json()
+    assert body["claimed"] is False and body["occurrences"] == 1
+    assert ts(body["deliverAt"]) == ts(res["deliverAt"]) + timedelta(seconds=60)
+    api.cancel(q, "h")

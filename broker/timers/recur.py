@@ -35,6 +35,7 @@ An occurrence counts as missed when a later occurrence is already due by the tim
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
@@ -106,15 +107,26 @@ class Schedule:
             return due + ((now - due) // step + 1) * step
         return self.after(now)
 
+    def iter_after(self, dt: datetime) -> Iterator[datetime]:
+        """Every occurrence strictly after ``dt``, earliest first (one cronsim iterator, not one per step)."""
+        if self.every_ms is not None:
+            step = timedelta(milliseconds=self.every_ms)
+            while True:
+                dt = dt + step
+                yield dt
+        yield from _cron_iter(self.cron or "", self.zone or "UTC", dt)
+
     def between(self, start: datetime, end: datetime, limit: int) -> list[datetime]:
         """Occurrences in (start, end], earliest first, at most ``limit`` of them."""
         out: list[datetime] = []
-        cur = start
-        while len(out) < limit:
-            cur = self.after(cur)
+        if limit <= 0:
+            return out
+        for cur in self.iter_after(start):
             if cur > end:
                 break
             out.append(cur)
+            if len(out) >= limit:
+                break
         return out
 
     def last_at_or_before(self, dt: datetime, count: int) -> datetime:
@@ -137,11 +149,9 @@ class Schedule:
         picks it): every occurrence within ``SKEW_MS`` of this broker's clock, and the first past that."""
         margin = timedelta(milliseconds=SKEW_MS)
         out: list[datetime] = []
-        cur = now - margin
-        while len(out) < MAX_CANDIDATES:
-            cur = self.after(cur)
+        for cur in self.iter_after(now - margin):
             out.append(cur)
-            if cur > now + margin:
+            if cur > now + margin or len(out) >= MAX_CANDIDATES:
                 break
         return out
 
@@ -160,17 +170,27 @@ def _utc(dt: datetime) -> datetime:
 
 
 def _cron_after(expr: str, zone: str, dt: datetime) -> datetime:
-    """cronsim's next instant after ``dt`` in ``zone``, with the repeated-hour rule applied: cronsim fires a
-    step or wildcard hour in both passes of a fall-back hour; the second pass (``fold`` 1) of a local
-    time is dropped here, so every local time fires at most once."""
+    """cronsim's next instant after ``dt`` in ``zone``, with the repeated-hour rule (``_cron_iter``)."""
+    for at in _cron_iter(expr, zone, dt):
+        return at
+    raise RecurError("timers_bad_cron", f"cron expression {expr!r} has no occurrence", "cron")
+
+
+def _cron_iter(expr: str, zone: str, dt: datetime) -> Iterator[datetime]:
+    """cronsim's instants after ``dt`` in ``zone`` (UTC), with the repeated-hour rule applied: cronsim fires
+    a step or wildcard hour in both passes of a fall-back hour; the second pass (``fold`` 1) of a local
+    time is dropped here, so every local time fires at most once. Ends after 4 * 3600 dropped instants in
+    a row (more than one repeated hour of every-second occurrences: an expression that never fires)."""
     tz = _zone(zone)
     it = CronSim(expr, dt.astimezone(tz))
-    for _ in range(4 * 3600):  # at most one repeated hour of every-second occurrences to step over
+    dropped = 0
+    while dropped < 4 * 3600:
         local = next(it)
         if local.fold == 1 and _is_repeated(local, tz):
+            dropped += 1
             continue
-        return _utc(local)
-    raise RecurError("timers_bad_cron", f"cron expression {expr!r} has no occurrence", "cron")
+        dropped = 0
+        yield _utc(local)
 
 
 def _is_repeated(local: datetime, tz: ZoneInfo) -> bool:

@@ -42,6 +42,13 @@ hooks) are LEASED instead (``queen_timers_lease``: claim token, ``claimed_until`
 stamp) and the transaction commits; while leased a cancel or reschedule answers ``too_late`` and peek
 says ``claimed``; the fire then goes by token (``queen_timers_fire``) in autocommit.
 
+Recurring timers (``broker.timers.recur``, docs/concepts/recurring-schedules.md): a recurring row is
+never ready, so a cycle that takes one runs the steps above in a transaction; between take and fire
+``pack`` computes each such row's next occurrence from its schedule and the database's clock read by
+the take (``db_now``), applying its missed policy, and the fire (``queen_timers_fire`` with its recurring
+rows: query ``timers_fire_recur``) pushes the occurrence and moves the row in the same statement. The
+worker CPU this costs is ``queen_timers_recur_next_seconds_total``. A cycle with none is unchanged.
+
 Order without a leader: every sweeper takes and fires at the same time, and takes are
 partition-exclusive (``queen_timers_take`` in ``broker/sql/functions/timers.sql``). A take reads due rows only
 from (tenant, queue, partition) groups no live lease holds, always a partition's earliest due rows,
