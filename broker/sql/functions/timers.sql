@@ -1170,10 +1170,15 @@ BEGIN
     END IF;
 
     FOR o IN
+        -- each cron op's first occurrence: its earliest candidate after now(), all ops in one grouping
+        WITH firsts AS (
+            SELECT c.i, min(c.t) AS t FROM unnest(p_cand_idx, p_cands) AS c(i, t) WHERE c.t > now() GROUP BY c.i
+        )
         SELECT u.ord::integer AS i, u.op, u.q, u.k, coalesce(u.p, 'Default') AS p, u.t, u.id, u.pl,
-               coalesce(u.z, false) AS z, u.kid, u.rc, u.d
+               coalesce(u.z, false) AS z, u.kid, u.rc, u.d, f.t AS cron_first
         FROM unnest(p_ops, p_queues, p_keys, p_partitions, p_txns, p_ids, p_payloads, p_zstd, p_key_ids, p_recur,
                     p_delays) WITH ORDINALITY AS u(op, q, k, p, t, id, pl, z, kid, rc, d, ord)
+        LEFT JOIN firsts f ON f.i = u.ord
         ORDER BY u.q, u.k
     LOOP
         SELECT t.recur, t.txn, t.message_id, t.deliver_at, t.due_at,
@@ -1192,7 +1197,7 @@ BEGIN
             IF o.d IS NOT NULL THEN
                 v_first := now() + o.d * interval '1 millisecond';
             ELSE
-                SELECT min(c.t) INTO v_first FROM unnest(p_cand_idx, p_cands) AS c(i, t) WHERE c.i = o.i AND c.t > now();
+                v_first := o.cron_first;
                 IF v_first IS NULL THEN
                     RAISE EXCEPTION 'no first occurrence after the database clock among the broker''s candidates'
                         USING ERRCODE = 'QT003';
