@@ -354,3 +354,17 @@ def test_a_held_occurrence_answers_too_late_then_fires_once(api, broker):
     assert body["claimed"] is False and body["occurrences"] == 1
     assert ts(body["deliverAt"]) == ts(res["deliverAt"]) + timedelta(seconds=60)
     api.cancel(q, "h")
+
+
+def test_an_occurrence_out_of_attempts_goes_to_the_dlq_and_ends_the_schedule(start_broker):
+    b = start_broker(env={"QUEEN_TEST_HOOKS": "1", "QUEEN_SWEEPER_MAX_ATTEMPTS": "2",
+                          "QUEEN_SWEEPER_BACKOFF_BASE_MS": "100", "QUEEN_SWEEPER_MAX_SLEEP_MS": "200"})
+    q, base = uniq("rq"), uniq("dead")
+    with httpx.Client(base_url=b.url, timeout=30) as c:
+        assert c.post("/api/v1/test/timers/fail", json={"queue": q, "count": 2, "class": "permanent"}).status_code == 200
+        r = c.post("/api/v1/timers", json={"operations": [every(q, "d", 1_000, txn=base, delay=0)]})
+        first_txn = r.json()["results"][0]["txn"]
+        [row] = wait_for(lambda: c.get("/api/v1/dlq", params={"queue": q}).json()["messages"], timeout=15)
+        assert row["transactionId"] == first_txn
+        assert c.get(f"/api/v1/timers/{q}/d").json()["found"] is False
+        assert occurrences(b.dsn, base) == []
