@@ -12,7 +12,7 @@ and stopped afterwards. Traffic goes only to that broker or to the URL given. Ev
 Locust child gets ``-t`` and ``--max-items`` and is killed if it overstays by 90 s (or on Ctrl-C).
 
 ``--distributed K`` runs one Locust master and K worker processes on this machine (the same command
-lines work across machines: see README, "Load and capacity harness").
+lines work across machines: see docs/guides/capacity-planning.md, "Distributed Locust").
 """
 
 from __future__ import annotations

@@ -234,6 +234,7 @@ STATUS_FIX = {
     413: "Send less (split the batch, shrink the payload).",
     415: "Send the body with `Content-Type: application/json`.",
     429: "Retry after the `Retry-After` seconds.",
+    500: "Nothing a client sends should cause it: it is a bug, logged with its traceback; report it.",
     503: "Not your fault: retry after `Retry-After` (the same `transactionId` keeps it idempotent).",
 }
 

@@ -1,7 +1,7 @@
 -- Tenancy limits and metering: the usage meter, the storage and pending-timer gauges (statement-level
 -- triggers on queen_messages and queen_timers) and the rate-limit token bucket.
 -- Tables: broker/sql/migrations/0004_limits.sql.
--- Re-applied at boot when any function file changes (README, "Schema and upgrades"): CREATE OR
+-- Re-applied at boot when any function file changes (docs/guides/deploying.md, "Schema and upgrades"): CREATE OR
 -- REPLACE statements only; tables, indexes and data belong in forward-only migrations.
 
 -- The start of the metering period that contains `at`. STABLE, as its body is (extract() of a

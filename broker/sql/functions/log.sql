@@ -1,6 +1,6 @@
 -- The message log's functions: push, pop, ack, dead letters, wake-ups of long polls and retention.
 -- Tables: broker/sql/migrations/0001_foundation.sql and 0002_log.sql.
--- Re-applied at boot when any function file changes (README, "Schema and upgrades"): CREATE OR
+-- Re-applied at boot when any function file changes (docs/guides/deploying.md, "Schema and upgrades"): CREATE OR
 -- REPLACE statements only; tables, indexes and data belong in forward-only migrations.
 
 -- A new partition's id: the next queen_partition_numbers value n inside a version-8 UUID,

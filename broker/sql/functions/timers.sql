@@ -1,7 +1,7 @@
 -- Timers: schedule/reschedule/cancel, and the sweeper's claim and fire.
 -- Tables: broker/sql/migrations/0003_timers.sql. The pending-timer gauge triggers are in limits.sql; the tenant
 -- check (what was a foreign key) is below.
--- Re-applied at boot when any function file changes (README, "Schema and upgrades"): CREATE OR
+-- Re-applied at boot when any function file changes (docs/guides/deploying.md, "Schema and upgrades"): CREATE OR
 -- REPLACE statements only; tables, indexes and data belong in forward-only migrations.
 
 -- The cluster-wide scheduling switch (true when no row says otherwise). PL/pgSQL: a SQL body with a
