@@ -5,14 +5,19 @@ its ``queen serve`` block is run as given (the venv's ``queen``, in an empty wor
 broker initialises its embedded PostgreSQL under ``./.queen`` as a reader's does; only the port is
 chosen by the test), its Python blocks run in order in one namespace with top-level ``await``, as in the
 ``python -m asyncio`` REPL the page opens, against that broker, and its ``curl`` block's URLs are read
-the way the console reads them. The README's ten-line example runs against the same broker. The checks are the page's claims: the reminder fired and was consumed,
-the expiry was cancelled (``absent`` after), no timer is pending, the queue holds one message and
-nothing is pending for its queue-mode group.
+the way the console reads them; then the console itself is opened in headless Chromium (the
+``browser`` marker) and section 6's claims are read off the page. The checks are the page's claims: the
+reminder fired and was consumed, the expiry was cancelled (``absent`` after), no timer is pending, the
+queue holds one message and nothing is pending for its queue-mode group. The README's ten-line example
+runs against the same broker.
 """
 
 from __future__ import annotations
 
 import ast
+import asyncio
+import contextlib
+import io
 import os
 import re
 import shlex
@@ -83,15 +88,36 @@ def tour_broker(tmp_path_factory: pytest.TempPathFactory):
         log.close()
 
 
-async def test_the_tour_runs_as_written(tour_broker, monkeypatch, capsys):
-    monkeypatch.setenv("QUEEN_URL", tour_broker)
+@pytest.fixture(scope="module")
+def toured(tour_broker):
+    """The page's Python blocks, run once in order in one namespace, with top-level await as in the
+    ``python -m asyncio`` REPL the page opens, and ``QUEEN_URL`` naming the test's broker: what they
+    printed and the names they left."""
     source = "\n".join(blocks("python"))
     code = compile(source, str(TOUR), "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
     namespace: dict[str, object] = {"__name__": "__tour__"}
-    result = eval(code, namespace)  # noqa: S307 - the page's own code, run as the page says
-    if result is not None:
-        await result
-    out = capsys.readouterr().out
+
+    async def run() -> None:
+        result = eval(code, namespace)  # noqa: S307 - the page's own code, run as the page says
+        if result is not None:
+            await result
+
+    out = io.StringIO()
+    old = os.environ.get("QUEEN_URL")
+    os.environ["QUEEN_URL"] = tour_broker
+    try:
+        with contextlib.redirect_stdout(out):
+            asyncio.run(run())
+    finally:
+        if old is None:
+            del os.environ["QUEEN_URL"]
+        else:
+            os.environ["QUEEN_URL"] = old
+    return namespace, out.getvalue()
+
+
+def test_the_tour_runs_as_written(tour_broker, toured):
+    namespace, out = toured
 
     # What the page's comments promise.
     assert "scheduled scheduled" in out
@@ -105,24 +131,55 @@ async def test_the_tour_runs_as_written(tour_broker, monkeypatch, capsys):
 
     # What the console shows: the same routes its Timers and Queues views call, from the page's curl block.
     urls = [line.split()[2].replace("http://127.0.0.1:6632", tour_broker) for line in blocks("sh")[2].strip().splitlines()]
-    async with httpx.AsyncClient(timeout=30) as http:
-        overview, peek, queue = [(await http.get(u)).json() for u in urls]
+    with httpx.Client(timeout=30) as http:
+        overview, peek, queue = [http.get(u).json() for u in urls]
         assert overview["pending"] == 0
         assert all(q["queue"] != "tour-orders" or q["pending"] == 0 for q in overview["queues"]), overview
         assert peek["found"] is False
-        listed = (await http.get(f"{tour_broker}/api/v1/timers/tour-orders")).json()
-        assert listed["rows"] == []
+        assert http.get(f"{tour_broker}/api/v1/timers/tour-orders").json()["rows"] == []
         assert sum(p["messages"] for p in queue["partitions"]) == 1, queue
         assert queue["consumerGroups"] and all(g["pending"] == 0 for g in queue["consumerGroups"]), queue
-        fired = (await http.get(f"{tour_broker}/api/v1/messages/lookup",
-                                params={"queue": "tour-orders", "txn": "order-1-reminder"})).json()
+        fired = http.get(f"{tour_broker}/api/v1/messages/lookup", params={"queue": "tour-orders", "txn": "order-1-reminder"}).json()
         assert fired["found"] is True and fired["messageId"] == namespace["reminder"]["messageId"]  # type: ignore[index]
-        never = (await http.get(f"{tour_broker}/api/v1/messages/lookup",
-                                params={"queue": "tour-orders", "txn": "order-2-expiry"})).json()
+        never = http.get(f"{tour_broker}/api/v1/messages/lookup", params={"queue": "tour-orders", "txn": "order-2-expiry"}).json()
         assert never["found"] is False
-        # A cancel from the console's row, after the tour: still absent.
-        again = (await http.delete(f"{tour_broker}/api/v1/timers/tour-orders/order-2/expiry")).json()
-        assert again["status"] == "absent"
+
+
+@pytest.mark.browser
+def test_the_console_shows_what_the_tour_says(tour_broker, toured):
+    """Section 6 of the page, in headless Chromium: the Queues view shows tour-orders with its one
+    message and nothing pending for its group; the Timers view shows no pending timer in it, a peek of
+    the cancelled expiry says it is not pending, and cancelling it again shows absent."""
+    from browser import launched, shot_on_failure
+    from playwright.sync_api import expect
+
+    with launched() as browser:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})  # type: ignore[attr-defined]
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.set_default_timeout(15_000)
+        with shot_on_failure(page, "tour-console"):
+            page.goto(f"{tour_broker}/console#queues")
+            expect(page.locator("#who")).to_contain_text("tenant default")
+            row = page.locator("#queues-table tr", has_text="tour-orders")
+            row.wait_for()
+            cells = row.locator("td").all_inner_texts()
+            assert cells[2:5] == ["1", "1", "0"], cells  # partitions, messages stored, in DLQ
+            row.locator("a").first.click()
+            page.wait_for_selector("#groups-table")
+            groups = page.locator("#groups-table tbody tr")
+            assert groups.count() >= 1
+            assert all(groups.nth(i).locator("td").nth(1).inner_text() == "0" for i in range(groups.count()))
+
+            page.goto(f"{tour_broker}/console#timers/tour-orders")
+            expect(page.locator("#timers-list")).to_contain_text("no pending timers in this queue")
+            expect(page.locator("#timers-overview")).not_to_contain_text("tour-orders")
+            page.fill("#timer-key", "order-2/expiry")
+            page.click("#peek-key")
+            expect(page.locator("#timer-peek")).to_contain_text("not pending")
+            page.click("#cancel-key")
+            expect(page.locator("#cancel-result")).to_contain_text("absent")
+        assert not errors, f"JavaScript errors on the page: {errors}"
 
 
 def test_the_readme_example_runs_as_written(tour_broker):
