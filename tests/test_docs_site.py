@@ -5,7 +5,8 @@ the checkout), so the command users run is the one tested. --strict turns every 
 a broken link or anchor, a page missing from the nav, a nav entry without its page. The Reference pages
 are generated from the code by ``docs/hooks/reference.py``: the tests check they hold every setting,
 every route, the raised reasons and every command's help, and that nothing in the built pages is fetched
-from elsewhere (no web fonts, scripts or style sheets from another origin).
+from elsewhere (no web fonts, scripts or style sheets from another origin). Where the machine allows it
+(root, as on CI) the build runs in an empty network namespace, so a build that needs the network fails.
 """
 
 from __future__ import annotations
@@ -35,16 +36,28 @@ def _reference():
     return mod
 
 
-def _queen_docs(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+def _offline() -> list[str]:
+    """A prefix that runs a command without any network (a new, empty network namespace), where the
+    machine allows it (root and util-linux's unshare, as on CI): the build must not need the network."""
+    unshare = shutil.which("unshare")
+    if unshare and hasattr(os, "geteuid") and os.geteuid() == 0:
+        probe = subprocess.run([unshare, "-n", "true"], capture_output=True)
+        if probe.returncode == 0:
+            return [unshare, "-n"]
+    return []
+
+
+def _queen_docs(*args: str, cwd: Path = ROOT, offline: bool = False) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("QUEEN_")}
     env["NO_MKDOCS_2_WARNING"] = "1"
-    return subprocess.run([QUEEN, "docs", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    prefix = _offline() if offline else []
+    return subprocess.run([*prefix, QUEEN, "docs", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("site")
-    proc = _queen_docs("--out", str(out))
+    proc = _queen_docs("--out", str(out), offline=True)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "--strict" in proc.stderr  # the command it ran
     return out

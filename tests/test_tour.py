@@ -2,11 +2,11 @@
 
 The page's own code blocks are extracted from the Markdown, so the page cannot drift from what works:
 its ``queen serve`` block is run as given (the venv's ``queen``, in an empty working directory, so the
-broker initialises its embedded PostgreSQL under ``./.queen`` as a reader's does; only the port is
-chosen by the test), its Python blocks run in order in one namespace with top-level ``await``, as in the
-``python -m asyncio`` REPL the page opens, against that broker, and its ``curl`` block's URLs are read
-the way the console reads them; then the console itself is opened in headless Chromium (the
-``browser`` marker) and section 6's claims are read off the page. The checks are the page's claims: the
+broker initialises its embedded PostgreSQL under ``./.queen`` as a reader's does; only the port and the
+worker count are chosen by the test), its Python blocks run in order in one namespace with top-level
+``await``, as in the ``python -m asyncio`` REPL the page opens, against that broker, and its ``curl``
+block's URLs are read the way the console reads them; then the console itself is opened in headless
+Chromium (the ``browser`` marker) and section 6's claims are read off the page. The checks are the page's claims: the
 reminder fired and was consumed, the expiry was cancelled (``absent`` after), no timer is pending, the
 queue holds one message and nothing is pending for its queue-mode group. The README's ten-line example
 runs against the same broker.
