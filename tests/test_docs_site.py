@@ -172,3 +172,39 @@ def test_docs_finds_the_checkout_from_anywhere(tmp_path: Path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     assert cli._docs_config() == ROOT / "mkdocs.yml"
+
+
+def test_docs_serve_serves_the_site_and_stops_on_sigterm(tmp_path: Path):
+    """`queen docs --serve` is mkdocs serve itself (the process is replaced), so SIGTERM stops it."""
+    import signal
+    import urllib.request
+
+    from helpers import wait_for
+
+    from broker.process.localserver import free_port
+
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QUEEN_")}
+    env["NO_MKDOCS_2_WARNING"] = "1"
+    log = (tmp_path / "serve.log").open("wb")
+    proc = subprocess.Popen([QUEEN, "docs", "--serve", "--addr", f"127.0.0.1:{port}"], cwd=tmp_path, env=env,
+                            stdout=log, stderr=subprocess.STDOUT)
+    try:
+        def page() -> bytes | None:
+            assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/getting-started/tour.html", timeout=2) as r:
+                    return r.read()
+            except OSError:
+                return None
+
+        body = wait_for(page, timeout=120, what="queen docs --serve to answer", interval=0.5)
+        assert b"A five-minute tour" in body
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            assert proc.wait(timeout=30) is not None
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            log.close()

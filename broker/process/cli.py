@@ -121,13 +121,16 @@ def cmd_docs(args: argparse.Namespace, _settings: Settings) -> int:
               "run it from a clone of queen-broker", file=sys.stderr)
         return 2
     if args.serve:
+        # mkdocs takes this process over, so Ctrl-C and SIGTERM reach the server itself
         cmd = [sys.executable, "-m", "mkdocs", "serve", "--strict", "-f", str(config), "-a", args.addr]
-    else:
-        out = Path(args.out).resolve()
-        cmd = [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config), "-d", str(out)]
+        print("queen docs:", " ".join(cmd), file=sys.stderr, flush=True)
+        os.chdir(config.parent)
+        os.execv(sys.executable, cmd)
+    out = Path(args.out).resolve()
+    cmd = [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config), "-d", str(out)]
     print("queen docs:", " ".join(cmd), file=sys.stderr, flush=True)
     rc = subprocess.call(cmd, cwd=config.parent)
-    if rc == 0 and not args.serve:
+    if rc == 0:
         print(f"queen docs: the site is in {out} (open {out / 'index.html'})")
     return rc
 
