@@ -174,7 +174,9 @@ def render_http_api() -> str:
                 op["parameters"] = shared + op.get("parameters", [])
                 tag = (op.get("tags") or ["other"])[0]
                 by_tag.setdefault(tag, []).append((method.upper(), path, op))
-    out = [f"Generated from `broker/openapi.yaml` (OpenAPI {doc['openapi']}, {sum(map(len, by_tag.values()))} operations).", ""]
+    components = doc.get("components", {})
+    out = [f"Generated from `broker/openapi.yaml` (OpenAPI {doc['openapi']}, {sum(map(len, by_tag.values()))} "
+           f"operations, {len(components.get('schemas', {}))} [schemas](#schemas)).", ""]
     for tag, ops in by_tag.items():
         if not ops:
             continue
@@ -188,34 +190,85 @@ def render_http_api() -> str:
                 out += [op["description"].strip(), ""]
             if op.get("security") == []:
                 out += ["No credential needed.", ""]
-            params = [p for p in op["parameters"] if isinstance(p, dict) and "name" in p]
+            params = [_resolve(p, doc) for p in op["parameters"]]
+            params = [p for p in params if isinstance(p, dict) and "name" in p]
             if params:
                 out += ["| Parameter | In | Required | Schema | Meaning |", "|---|---|---|---|---|"]
                 for p in params:
-                    schema = p.get("schema", {})
-                    kind = schema.get("type", schema.get("$ref", "").rsplit("/", 1)[-1])
                     out.append(f"| `{p['name']}` | {p.get('in', '')} | {'yes' if p.get('required') else 'no'} | "
-                               f"{_cell(kind)} | {_cell(p.get('description', ''))} |")
+                               f"{_cell(_schema_text(p.get('schema', {})))} | {_cell(p.get('description', ''))} |")
                 out.append("")
             body = op.get("requestBody")
             if body:
-                kinds = ", ".join(f"`{k}`" for k in body.get("content", {}))
-                refs = sorted({_ref_name(c.get("schema", {})) for c in body.get("content", {}).values()} - {""})
-                out += [f"Request body ({kinds}){': ' + ', '.join(f'`{r}`' for r in refs) if refs else ''}."
-                        + (f" {body['description'].strip()}" if body.get("description") else ""), ""]
-            out += ["| Status | Answer |", "|---|---|"]
+                body = _resolve(body, doc)
+                for kind, content in body.get("content", {}).items():
+                    out.append(f"Request body (`{kind}`): {_schema_text(content.get('schema', {}))}"
+                               + (f". {body['description'].strip()}" if body.get("description") else "") + "  ")
+                out.append("")
+            out += ["| Status | Answer | Body |", "|---|---|---|"]
             for status, resp in op.get("responses", {}).items():
-                desc = resp.get("description", "") if isinstance(resp, dict) else ""
-                if isinstance(resp, dict) and "$ref" in resp:
-                    desc = resp["$ref"].rsplit("/", 1)[-1]
-                out.append(f"| {status} | {_cell(desc)} |")
+                resp = _resolve(resp, doc) if isinstance(resp, dict) else {}
+                schemas = [_schema_text(c.get("schema", {})) for c in resp.get("content", {}).values() if c.get("schema")]
+                out.append(f"| {status} | {_cell(resp.get('description', ''))} | {_cell(schemas[0] if schemas else '')} |")
             out.append("")
+    out += ["## Schemas", "", "The named schemas of `components/schemas`; `*` marks a required property.", ""]
+    for name, schema in components.get("schemas", {}).items():
+        out += [f"### {name}", ""]
+        if schema.get("description"):
+            out += [schema["description"].strip(), ""]
+        props = schema.get("properties")
+        if props:
+            required = set(schema.get("required", []))
+            out += ["| Property | Schema | Meaning |", "|---|---|---|"]
+            for prop, sub in props.items():
+                star = "\\*" if prop in required else ""
+                out.append(f"| `{prop}`{star} | {_cell(_schema_text(sub, top=False))} | {_cell(sub.get('description', ''))} |")
+            out.append("")
+        else:
+            out += [_schema_text(schema, top=False, expand=True), ""]
     return "\n".join(out)
 
 
-def _ref_name(schema: dict[str, Any]) -> str:
-    ref = schema.get("$ref", "")
-    return ref.rsplit("/", 1)[-1] if ref else ""
+def _resolve(node: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:
+    """A ``$ref`` to a component (a parameter, a response, a request body) replaced by the component."""
+    while isinstance(node, dict) and "$ref" in node and node["$ref"].startswith("#/components/") \
+            and not node["$ref"].startswith("#/components/schemas/"):
+        target: Any = doc
+        for part in node["$ref"][2:].split("/"):
+            target = target[part]
+        node = target
+    return node
+
+
+def _schema_text(schema: dict[str, Any], top: bool = True, expand: bool = False, depth: int = 0) -> str:
+    """A schema in one line: a named schema links to its entry, an object lists its properties."""
+    if "$ref" in schema:
+        name = schema["$ref"].rsplit("/", 1)[-1]
+        return f"[`{name}`](#{name.lower()})"
+    for combo in ("oneOf", "anyOf", "allOf"):
+        if combo in schema:
+            joiner = " and " if combo == "allOf" else " or "
+            return joiner.join(_schema_text(s, top, expand, depth + 1) for s in schema[combo])
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = " or ".join(map(str, kind))
+    if "enum" in schema:
+        return " \\| ".join(f"`{v}`" for v in schema["enum"])
+    if kind == "array":
+        return f"array of {_schema_text(schema.get('items', {}), top, expand, depth + 1)}"
+    if kind == "object" or "properties" in schema:
+        props = schema.get("properties", {})
+        if not props or depth > 1:
+            return "object"
+        required = set(schema.get("required", []))
+        inner = ", ".join(f"`{k}`{'*' if k in required else ''}: {_schema_text(v, top, expand, depth + 1)}"
+                          for k, v in props.items())
+        return f"{{{inner}}}"
+    text = str(kind or "any")
+    bounds = [f"{k} {schema[k]}" for k in ("minimum", "maximum", "minLength", "maxLength", "pattern") if k in schema]
+    if bounds and (expand or not top):
+        text += f" ({', '.join(bounds)})"
+    return text
 
 
 # ------------------------------------------------------------------------------------ error reasons
