@@ -208,3 +208,28 @@ def test_docs_serve_serves_the_site_and_stops_on_sigterm(tmp_path: Path):
             if proc.poll() is None:
                 proc.kill()
             log.close()
+
+
+def test_the_readme_is_a_short_front_page_whose_links_resolve():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 150
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", readme)
+    local = [link for link in links if not re.match(r"[a-z]+:", link)]
+    assert len(local) > 15
+    missing = [link for link in local if not (ROOT / link).is_file()]
+    assert missing == []
+    # every page of the site's nav that exists on this branch is reachable from the front page
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+
+    def pages(node: object) -> list[str]:
+        if isinstance(node, str):
+            return [node]
+        if isinstance(node, dict):
+            return [p for v in node.values() for p in pages(v)]
+        if isinstance(node, list):
+            return [p for v in node for p in pages(v)]
+        return []
+
+    linked = {link.removeprefix("docs/") for link in local}
+    unlinked = [p for p in pages(config["nav"]) if p not in linked and p not in ("index.md", "screens/README.md")]
+    assert unlinked == []
