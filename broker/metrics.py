@@ -32,6 +32,8 @@ EPHEMERAL_MESSAGES = Counter("queen_ephemeral_messages_total",
                              "Ephemeral queue messages by operation: pushed, dropped (to make room), expired (by the "
                              "expiry loop), popped, and ack outcomes (acked, redelivered, stale, unknown)", ["op"])
 MESSAGES_ACKED = Counter("queen_messages_acked_total", "Acknowledgements by status", ["status"])
+MESSAGES_DELETED = Counter("queen_messages_deleted_total",
+                           "Message deletions (tombstones) by result: deleted, already_deleted", ["result"])
 COALESCED_JOBS = Histogram(
     "queen_coalesced_requests", "Requests answered by one shared database call (group commit), by kind", ["kind"],
     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),

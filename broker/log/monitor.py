@@ -17,7 +17,7 @@ from broker.payloads import Sealed, open_
 from broker.store.queries import Q
 
 STARTED = time.monotonic()
-MESSAGE_STATES = frozenset({"pending", "leased", "completed"})
+MESSAGE_STATES = frozenset({"pending", "leased", "completed", "deleted"})
 
 
 async def overview(b: Any, tenant: str) -> dict[str, Any]:
@@ -157,12 +157,16 @@ async def list_messages(
         rows = await conn.fetch(Q.mon_messages, tenant, queue, partition, limit, grp, offset, state)
     msgs = []
     for r in rows:
-        opened = open_(b.codec, b.keyring, tenant, queue, Sealed(r["payload"], r["codec"], r["key_id"]))
+        if r["deleted_at"] is not None:  # a tombstone (docs/decisions.md §9): no payload to open
+            data: dict[str, Any] = {"data": None}
+        else:
+            data = render.checked_data_fields(
+                open_(b.codec, b.keyring, tenant, queue, Sealed(r["payload"], r["codec"], r["key_id"])))
         msgs.append({
             "id": str(r["id"]), "transactionId": r["txn"], "partition": r["partition"],
             "partitionId": str(r["partition_id"]), "offset": r["seq"],
             "traceId": str(r["trace_id"]) if r["trace_id"] else None, "producerSub": r["producer_sub"],
             "createdAt": render.ts(r["created_at"]), "deadlineAt": render.ts(r["deadline_at"]),
-            "status": r["status"], "failures": r["failures"], **render.checked_data_fields(opened),
+            "status": r["status"], "failures": r["failures"], "deletedAt": render.ts(r["deleted_at"]), **data,
         })
     return {"messages": msgs, "queue": queue, "consumerGroup": grp, "limit": limit, "offset": offset, "count": len(msgs)}
