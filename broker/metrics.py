@@ -8,6 +8,7 @@ answers) aggregates all of them. Series are defined here, once; code imports and
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import multiprocess as _mp
@@ -59,6 +60,20 @@ KV_PRUNED = Counter("queen_kv_pruned_total", "Expired KV rows removed by the pru
 LOCK_OPS = Counter("queen_lock_ops_total", "Lock operations by op and verdict (granted, refused)", ["op", "verdict"])
 LOG_PRUNED = Counter("queen_log_pruned_total", "Messages removed from the log by queue retention")
 LIMIT_REFUSALS = Counter("queen_limit_refusals_total", "Requests refused by a limit rung", ["code"])
+
+
+# Closed label sets of the series above that no domain module owns a constant for (the ones that do:
+# broker.log.parse.ACK_STATUSES, broker.limits.REFUSAL_CODES); broker.app creates them all at 0.
+PUSH_SOURCES = ("push", "transaction", "timer", "stream", "dlq_replay")
+FIRE_FAILURE_CLASSES = ("transient", "permanent")
+DELETE_RESULTS = ("deleted", "already_deleted")
+
+
+def preset(counter: Counter, values: Iterable[str]) -> None:
+    """Create each value of a one-label series at 0: the series exists from boot, so a rate() over it
+    reads 0 until the first event instead of "no data"."""
+    for v in sorted(values):
+        counter.labels(v)
 
 
 def render() -> tuple[bytes, str]:
