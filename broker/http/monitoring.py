@@ -6,7 +6,8 @@ tenant's, need ``admin``.
 - ``GET /api/v1/resources/overview`` | ``/namespaces`` | ``/tasks`` | ``/partitions?queue=&limit=&offset=``
 - ``GET /api/v1/resources/queues/{queue}/depth[?group=]``
 - ``GET /api/v1/status`` | ``/status/queues?limit=&offset=`` | ``/status/queues/{queue}`` |
-  ``/status/analytics?from=&to=`` (the meter's periods)
+  ``/status/analytics?from=&to=`` (the meter's periods) | ``/status/live`` (one sample of the console's
+  live charts: broker-wide counters and the tenant's backlog per queue and dead letters)
 - ``GET /api/v1/analytics/system-metrics`` | ``/analytics/worker-metrics`` (``admin``)
 - ``GET /api/v1/messages?queue=&partition=&consumerGroup=&status=&limit=&offset=`` (``consume``)
 - ``DELETE /api/v1/messages/{partitionId}/{transactionId}`` (``admin``): the message becomes a tombstone
@@ -69,6 +70,12 @@ async def status_queue(request: web.Request) -> web.Response:
     return json_response(await monitor.queue_detail(broker(request), principal(request).tenant, queue))
 
 
+async def live(request: web.Request) -> web.Response:
+    """One sample of the console's live charts (any principal of the tenant; the counters are the
+    broker's own, as ``/metrics`` serves them)."""
+    return json_response(await monitor.live(broker(request), principal(request).tenant))
+
+
 async def analytics(request: web.Request) -> web.Response:
     since, until = _opt_ts(request, "from"), _opt_ts(request, "to")
     return json_response(await monitor.analytics(broker(request), principal(request).tenant, since, until,
@@ -127,6 +134,7 @@ def setup(app: web.Application) -> None:
     r.add_get("/api/v1/status/queues", status_queues)
     r.add_get("/api/v1/status/queues/{queue:[^/]+}", status_queue)
     r.add_get("/api/v1/status/analytics", analytics)
+    r.add_get("/api/v1/status/live", live)
     r.add_get("/api/v1/analytics/system-metrics", system_metrics)
     r.add_get("/api/v1/analytics/worker-metrics", worker_metrics)
     r.add_get("/api/v1/messages", list_messages)

@@ -11,6 +11,7 @@ import time
 from datetime import datetime
 from typing import Any
 
+from broker import metrics
 from broker.log import QUEUE_MODE, render
 from broker.log.catalog import get_queue, queue_not_found
 from broker.payloads import Sealed, open_
@@ -118,6 +119,27 @@ async def analytics(b: Any, tenant: str, since: datetime | None, until: datetime
         "periods": [{"periodStart": render.ts(r["period_start"]), "messages": int(r["messages"]),
                      "kvOps": int(r["kv_ops"])} for r in rows],
         "current": await overview(b, tenant),
+    }
+
+
+LIVE_QUEUES = 8  # the queues with the largest backlog that a live sample names (the rest are summed)
+
+
+async def live(b: Any, tenant: str) -> dict[str, Any]:
+    """One sample for the console's live charts: the broker-wide counters (``metrics.live_snapshot``),
+    and this tenant's backlog (pending behind the slowest consumer group) of its largest queues and its
+    dead letters, from the same partition arithmetic as the status reads (first 1,000 queues by name)."""
+    async with b.require_pool().acquire() as conn:
+        rows = await conn.fetch(Q.mon_queue_status, tenant, None, 1000, 0)
+    ranked = sorted(rows, key=lambda r: (-int(r["pending"]), r["name"]))
+    top = ranked[:LIVE_QUEUES]
+    return {
+        "metrics": metrics.live_snapshot(),
+        "queues": [{"name": r["name"], "pending": int(r["pending"]), "deadLetters": int(r["dead_letters"])} for r in top],
+        "otherQueues": {"count": len(ranked) - len(top), "pending": sum(int(r["pending"]) for r in ranked[len(top):])},
+        "deadLetters": sum(int(r["dead_letters"]) for r in rows),
+        "pending": sum(int(r["pending"]) for r in rows),
+        "queueCount": len(rows),
     }
 
 
