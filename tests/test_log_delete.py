@@ -115,6 +115,10 @@ def test_lookups_and_fetch_answer_the_tombstone(api):
     assert r.status_code == 200, r.text
     records = r.json()["entries"][0]["records"]
     assert [(x["offset"], x["payload"], x.get("deleted", False)) for x in records] == [(0, None, True), (1, "b", False)]
+    # its transaction id stays taken: pushing it again is a duplicate, nothing is written
+    again = api.push_each(q, [{"partition": "Default", "payload": "a2", "transactionId": a["transactionId"]}])
+    assert again[0]["status"] == "duplicate", again
+    assert len(_listed(api, q)) == 2
 
 
 def test_bad_and_missing_addresses(api):
