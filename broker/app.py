@@ -205,16 +205,19 @@ def create_app(settings: Settings, dsn: str, *, worker_index: int = 0) -> web.Ap
     app.on_shutdown.append(_on_shutdown)
     for module in ROUTE_MODULES:
         module.setup(app)
-    preset_metrics(app)
+    preset_metrics()
     return app
 
 
-# The HTTP statuses any route can answer whatever it does: an unexpected failure (500) and the database
-# unavailable (503). Created at 0 per route so the dashboard's error panel reads 0 on a healthy broker.
+# The HTTP series created at 0: the two routes every deployment calls from boot on (probes, scrapes),
+# at the statuses any route can answer whatever it does (an unexpected failure, the database
+# unavailable). Per route for every route they would be ~2,000 series that made a fresh broker's scrape
+# 209 kB and 185 ms instead of 10 kB and 25 ms; the other routes' series appear with their first call.
+INFRA_ROUTES = (("/health", "GET"), ("/metrics", "GET"))
 ANY_ROUTE_FAILURES = ("500", "503")
 
 
-def preset_metrics(app: web.Application) -> None:
+def preset_metrics() -> None:
     """Every labelled series the Grafana dashboard (ops/grafana/queen.json) reads, at 0 from boot, with
     the closed set of label values the code draws from (loop names are created as the loops start)."""
     metrics.preset(metrics.MESSAGES_PUSHED, metrics.PUSH_SOURCES)
@@ -222,10 +225,7 @@ def preset_metrics(app: web.Application) -> None:
     metrics.preset(metrics.MESSAGES_DELETED, metrics.DELETE_RESULTS)
     metrics.preset(metrics.TIMERS_FIRE_FAILED, metrics.FIRE_FAILURE_CLASSES)
     metrics.preset(metrics.LIMIT_REFUSALS, limits.REFUSAL_CODES)
-    pairs = {(r.resource.canonical, r.method) for r in app.router.routes()
-             if r.resource is not None and r.method not in ("HEAD", "*")}
-    pairs.add(("unmatched", "GET"))  # an unrouted path (metrics_middleware's label for it)
-    for route, method in sorted(pairs):
+    for route, method in INFRA_ROUTES:
         HTTP_LATENCY.labels(route, method)
         for status in ANY_ROUTE_FAILURES:
             HTTP_REQUESTS.labels(route, method, status)

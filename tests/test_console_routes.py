@@ -7,7 +7,8 @@ from datetime import datetime
 
 import httpx
 from conftest import uniq
-from helpers import Api, timer_op
+from helpers import Api, timer_op, wait_for
+from prometheus_client.parser import text_string_to_metric_families
 
 
 def ts(s: str) -> datetime:
@@ -59,7 +60,7 @@ def test_oldest_unacked_message_per_consumer_group(http):
 def test_live_sample_counts_and_backlog(start_broker):
     """``GET /api/v1/status/live``: the broker's counters move with traffic, and the tenant's queues come
     largest backlog first (at most 8, the rest summed) with their dead letters."""
-    b = start_broker(workers=1)
+    b = start_broker(workers=2)
     with httpx.Client(base_url=b.url, timeout=30) as http:
         api = Api(http)
         empty = http.get("/api/v1/status/live").json()
@@ -80,3 +81,16 @@ def test_live_sample_counts_and_backlog(start_broker):
             (names[2], 3)]
         assert after["otherQueues"] == {"count": 2, "pending": 3}
         assert after["pending"] == 54 and after["queueCount"] == 10 and after["deadLetters"] == 1
+        # the figures are the scrape's, summed over both workers: fire timers, then compare the two
+        tq = uniq("live-t")
+        assert all(r["ok"] for r in api.timer_results(*[timer_op(tq, f"k{i}", delay=50) for i in range(6)]))
+        wait_for(lambda: http.get("/api/v1/status/live").json()["metrics"]["timersFired"] - m0["timersFired"] >= 6,
+                 20, "the timers to fire")
+        live = http.get("/api/v1/status/live").json()["metrics"]
+        samples = [s for f in text_string_to_metric_families(http.get("/metrics").text) for s in f.samples]
+        scrape = {(s.name, s.labels.get("le")): s.value for s in samples if s.name.startswith("queen_timers_f")}
+        pushed = sum(s.value for s in samples if s.name == "queen_messages_pushed_total")
+        assert live["pushed"] == pushed and live["timersFired"] == scrape[("queen_timers_fired_total", None)]
+        assert live["fireLag"]["count"] == scrape[("queen_timers_fire_lag_seconds_count", None)] >= 6
+        for le, count in zip(live["fireLag"]["le"], live["fireLag"]["counts"], strict=True):
+            assert scrape[("queen_timers_fire_lag_seconds_bucket", repr(float(le)))] == count
