@@ -23,10 +23,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from aiohttp import web
 from aiohttp.web_urldispatcher import UrlDispatcher, UrlMappingMatchInfo
 
-from broker import errors, limits, services
+from broker import errors, limits, metrics, services
 from broker.config import Settings
 from broker.context import BROKER, PRINCIPAL_KEY, Broker
 from broker.http import ROUTE_MODULES
+from broker.log.parse import ACK_STATUSES
 from broker.metrics import HTTP_LATENCY, HTTP_REQUESTS
 from broker.store import migrate
 from broker.store.failures import DB_FAILURE, database_error
@@ -204,4 +205,27 @@ def create_app(settings: Settings, dsn: str, *, worker_index: int = 0) -> web.Ap
     app.on_shutdown.append(_on_shutdown)
     for module in ROUTE_MODULES:
         module.setup(app)
+    preset_metrics()
     return app
+
+
+# The HTTP series created at 0: the two routes every deployment calls from boot on (probes, scrapes),
+# at the statuses any route can answer whatever it does (an unexpected failure, the database
+# unavailable). Per route for every route they would be ~2,000 series that made a fresh broker's scrape
+# 209 kB and 185 ms instead of 10 kB and 25 ms; the other routes' series appear with their first call.
+INFRA_ROUTES = (("/health", "GET"), ("/metrics", "GET"))
+ANY_ROUTE_FAILURES = ("500", "503")
+
+
+def preset_metrics() -> None:
+    """Every labelled series the Grafana dashboard (ops/grafana/queen.json) reads, at 0 from boot, with
+    the closed set of label values the code draws from (loop names are created as the loops start)."""
+    metrics.preset(metrics.MESSAGES_PUSHED, metrics.PUSH_SOURCES)
+    metrics.preset(metrics.MESSAGES_ACKED, ACK_STATUSES)
+    metrics.preset(metrics.MESSAGES_DELETED, metrics.DELETE_RESULTS)
+    metrics.preset(metrics.TIMERS_FIRE_FAILED, metrics.FIRE_FAILURE_CLASSES)
+    metrics.preset(metrics.LIMIT_REFUSALS, limits.REFUSAL_CODES)
+    for route, method in INFRA_ROUTES:
+        HTTP_LATENCY.labels(route, method)
+        for status in ANY_ROUTE_FAILURES:
+            HTTP_REQUESTS.labels(route, method, status)

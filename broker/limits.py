@@ -290,6 +290,12 @@ async def plan_for(broker: Broker, tenant: str) -> Plan:
     return st.plan
 
 
+# Every code a limit rung refuses with (the ``code`` label of queen_limit_refusals_total, created at 0
+# at boot by broker.app so a fresh dashboard reads 0 rather than "no data").
+REFUSAL_CODES = ("quota_exceeded", "timers_quota_exceeded", "storage_quota_exceeded", "cluster_suspended",
+                 "timers_paused", "rate_limited", "kv_disabled")
+
+
 def _refuse(err: ApiError, surface: str) -> ApiError:
     LIMIT_REFUSALS.labels(err.code).inc()
     if surface == "timers":

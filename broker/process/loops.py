@@ -38,6 +38,7 @@ class Loops:
         if name in self._tasks and not self._tasks[name].done():
             raise RuntimeError(f"loop {name!r} is already running")
         self.restarts.setdefault(name, 0)
+        LOOP_RESTARTS.labels(name)  # the series exists at 0 from the loop's start
         self._tasks[name] = asyncio.get_running_loop().create_task(self._run(name, factory), name=f"loop:{name}")
 
     async def _run(self, name: str, factory: Callable[[], Awaitable[None]]) -> None:

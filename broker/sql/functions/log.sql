@@ -520,8 +520,9 @@ $$;
 -- The messages a pop looks at next in one partition for a group: the first p_limit offsets after p_from
 -- the group has not acked, in offset order, each with what decides its fate in queen_pop: its deadline
 -- passed (expired), it waited longer than maxWaitTimeSeconds (waited_out), delayedProcessing or
--- retryDelay holds it back (not_yet), its failures so far, and special = any of those or its retries
--- spent (a message queen_pop must treat on its own). p_states false says the group keeps no per-message
+-- retryDelay holds it back (not_yet), its failures so far, whether it was deleted (a tombstone,
+-- queen_message_delete), and special = any of those or its retries spent (a message queen_pop must
+-- treat on its own). p_states false says the group keeps no per-message
 -- state in the partition past p_from (queen_msg_state): the probe of it per message is skipped (a
 -- pseudo-constant join qual). One SELECT, STABLE: the planner inlines it into the calling statement.
 -- Its body reads queen_msg_state.retry_at (migration 0010), and an upgrade release by release runs
@@ -534,16 +535,17 @@ CREATE OR REPLACE FUNCTION queen_pop_window(
     p_retry_limit integer, p_max_wait_s integer, p_gated boolean, p_delay_s integer, p_retry_delay_ms integer
 ) RETURNS TABLE (seq bigint, id uuid, txn text, trace_id uuid, payload bytea, codec smallint, key_id text,
                  producer_sub text, created_at timestamptz, deadline_at timestamptz, expired boolean,
-                 failures integer, waited_out boolean, not_yet boolean, special boolean)
+                 failures integer, waited_out boolean, not_yet boolean, deleted boolean, special boolean)
 LANGUAGE sql STABLE AS $$
-    SELECT w.*, (w.expired OR w.waited_out OR w.not_yet OR w.failures > p_retry_limit)
+    SELECT w.*, (w.expired OR w.waited_out OR w.not_yet OR w.deleted OR w.failures > p_retry_limit)
     FROM (SELECT mm.seq, mm.id, mm.txn, mm.trace_id, mm.payload, mm.codec, mm.key_id, mm.producer_sub,
                  mm.created_at, mm.deadline_at, (mm.deadline_at IS NOT NULL AND mm.deadline_at <= now()),
                  coalesce(st.failures, 0),
                  (p_max_wait_s > 0 AND mm.created_at <= now() - p_max_wait_s * interval '1 second'),
                  (p_gated AND coalesce(
                      (p_delay_s > 0 AND mm.created_at > now() - p_delay_s * interval '1 second')
-                     OR (p_retry_delay_ms > 0 AND st.retry_at > now()), false))
+                     OR (p_retry_delay_ms > 0 AND st.retry_at > now()), false)),
+                 mm.deleted_at IS NOT NULL
           FROM queen_messages mm
           LEFT JOIN LATERAL (SELECT s.acked, s.failures, s.retry_at FROM queen_msg_state s
                              WHERE p_states AND s.tenant = p_tenant AND s.partition_id = mm.partition_id
@@ -551,7 +553,7 @@ LANGUAGE sql STABLE AS $$
           WHERE mm.tenant = p_tenant AND mm.partition_id = p_pid AND mm.seq > p_from AND st.acked IS NOT TRUE
           ORDER BY mm.seq
           LIMIT p_limit) w (seq, id, txn, trace_id, payload, codec, key_id, producer_sub, created_at, deadline_at,
-                            expired, failures, waited_out, not_yet)
+                            expired, failures, waited_out, not_yet, deleted)
 $$;
 RESET check_function_bodies;
 
@@ -761,6 +763,16 @@ BEGIN
                     SELECT * FROM queen_pop_window(p_tenant, c.pid, p_group, v_from, v_left, v_states, q.retry_limit,
                                                    q.max_wait_s, v_gated, q.delay_s, q.retry_delay_ms)
                 LOOP
+                    -- A tombstone (a deleted message) is done for every group: passed over, never handed
+                    -- out nor filed, and remembered as done so the cursor's run goes over its offset.
+                    IF m.deleted THEN
+                        v_picked := v_picked + 1;
+                        v_last := m.seq;
+                        INSERT INTO queen_msg_state AS s (tenant, partition_id, consumer_group, seq, acked)
+                        VALUES (p_tenant, c.pid, p_group, m.seq, true)
+                        ON CONFLICT (tenant, partition_id, consumer_group, seq) DO UPDATE SET acked = true;
+                        CONTINUE;
+                    END IF;
                     -- Delivery is in offset order: a message not servable yet holds back the rest.
                     IF m.not_yet THEN
                         v_held := true;
@@ -1016,6 +1028,74 @@ BEGIN
         PERFORM queen_wake(p_tenant, ARRAY(SELECT DISTINCT p.queue::text FROM queen_partitions p
                                            WHERE p.tenant = p_tenant AND p.id = ANY (v_rp)));
     END IF;
+END
+$$;
+
+-- Delete one message (DELETE /api/v1/messages/{pid}/{txn}, docs/decisions.md §9): its row stays at its
+-- offset as a tombstone (payload emptied, codec/key dropped, deleted_at set) so the partition's offsets
+-- stay gapless. Every consumer group is done with it from now on: each cursor of the partition below it
+-- remembers it as acknowledged and moves over the run it completes (a lease holding it keeps its other
+-- messages, and is released once they are acked); a group that reaches it later passes over it in
+-- queen_pop. Its dead letters (copies of its payload) go too. The storage gauge drops by the payload's
+-- bytes, and a trace event (type 'deleted', by p_sub) records the deletion on the message. Answers one
+-- row: status 'deleted' | 'already_deleted' (nothing changes: deleting twice is idempotent) |
+-- 'not_found' (no such message for this tenant).
+CREATE OR REPLACE FUNCTION queen_message_delete(p_tenant text, p_pid uuid, p_txn text, p_sub text, p_trace_id uuid)
+RETURNS TABLE (status text, seq bigint, message_id uuid, queue text, partition text, freed_bytes bigint,
+               dead_letters integer, deleted_at timestamptz)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_seq   bigint;
+    v_id    uuid;
+    v_bytes bigint;
+    v_at    timestamptz;
+    v_queue text;
+    v_name  text;
+    v_dlq   integer := 0;
+    k       record;
+BEGIN
+    SELECT p.queue, p.name INTO v_queue, v_name FROM queen_partitions p WHERE p.tenant = p_tenant AND p.id = p_pid;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 'not_found'::text, NULL::bigint, NULL::uuid, NULL::text, NULL::text, 0::bigint, 0,
+                            NULL::timestamptz;
+        RETURN;
+    END IF;
+    -- The partition's cursors first, in (partition, group) order as queen_ack takes them, then the row.
+    PERFORM 1 FROM queen_cursors cu WHERE cu.tenant = p_tenant AND cu.partition_id = p_pid
+    ORDER BY cu.consumer_group FOR UPDATE;
+    SELECT m.seq, m.id, octet_length(m.payload), m.deleted_at INTO v_seq, v_id, v_bytes, v_at
+    FROM queen_messages m WHERE m.tenant = p_tenant AND m.partition_id = p_pid AND m.txn = p_txn
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 'not_found'::text, NULL::bigint, NULL::uuid, v_queue, v_name, 0::bigint, 0,
+                            NULL::timestamptz;
+        RETURN;
+    END IF;
+    IF v_at IS NOT NULL THEN
+        RETURN QUERY SELECT 'already_deleted'::text, v_seq, v_id, v_queue, v_name, 0::bigint, 0, v_at;
+        RETURN;
+    END IF;
+
+    UPDATE queen_messages m SET payload = '\x'::bytea, codec = 0, key_id = NULL, deleted_at = now()
+    WHERE m.tenant = p_tenant AND m.partition_id = p_pid AND m.seq = v_seq
+    RETURNING m.deleted_at INTO v_at;
+    PERFORM queen_gauge_add(p_tenant, -v_bytes, 0);
+
+    FOR k IN SELECT cu.consumer_group AS grp FROM queen_cursors cu
+             WHERE cu.tenant = p_tenant AND cu.partition_id = p_pid AND cu.acked_seq < v_seq
+             ORDER BY cu.consumer_group LOOP
+        PERFORM queen_cursor_advance(p_tenant, p_pid, k.grp, ARRAY[v_seq]);
+    END LOOP;
+
+    DELETE FROM queen_dlq d WHERE d.tenant = p_tenant AND d.message_id = v_id AND d.partition_id = p_pid;
+    GET DIAGNOSTICS v_dlq = ROW_COUNT;
+
+    INSERT INTO queen_traces (tenant, id, partition_id, txn, consumer_group, event_type, trace_names, data, sub)
+    VALUES (p_tenant, p_trace_id, p_pid, p_txn, '', 'deleted', '{}',
+            jsonb_build_object('offset', v_seq, 'freedBytes', v_bytes, 'deadLettersRemoved', v_dlq), p_sub);
+
+    RETURN QUERY SELECT 'deleted'::text, v_seq, v_id, v_queue, v_name, v_bytes, v_dlq, v_at;
 END
 $$;
 
