@@ -3,7 +3,7 @@
     queen bench shapes [--quick] [--seconds S] [--long-seconds S] [--cpp-bin PATH] [--only ROW ...]
     .venv/bin/python bench/bench_shapes.py ...           (the same)
 
-The C++ Queen publishes a benchmark suite whose axes users compare brokers on (issue 36). Every axis,
+The C++ Queen publishes a benchmark suite whose axes users compare brokers on. Every axis,
 scaled to a 2-core machine, runs here against both brokers on ONE PostgreSQL server in the same run,
 each broker on its own fresh database. Rows (``--only`` picks some):
 
@@ -19,7 +19,7 @@ each broker on its own fresh database. Rows (``--only`` picks some):
   long                   push batch 10 over 101 partitions for ``--long-seconds`` (default 600): the
                          p99 of the last third against the first (push and delivery);
   ack_single             one connection: push one message, pop it (batch 1), acknowledge it alone
-                         (``/api/v1/ack``); the ack's own latency (the issue's "single ack under 1.5 ms").
+                         (``/api/v1/ack``); the ack's own latency (target: p50 under 1.5 ms).
 
 Consumers pop batch 100 with autoAck and a long poll (wait=true, 1 s), as the reference's consumers do;
 they start before the producers and, once the producers stop, drain until a long poll comes back empty
@@ -35,7 +35,7 @@ own background processes, which serve only the broker whose phase runs), the bro
 over its process tree: forked workers share pages, so this is an upper bound), lost/dup, and the load
 generator's CPU (its two processes: producers and consumers, each one asyncio loop on the lean client
 bench/httpconn.py) in cores, to show it was not the bottleneck. Then the ratio ours/C++ and the verdict
-against the issue's targets: throughput >= 1.5x, p99 no worse, CPU per message lower, groups fair
+against the targets set for this comparison: throughput >= 1.5x, p99 no worse, CPU per message lower, groups fair
 (spread p99 no worse than the C++ Queen's, or under 5 ms), 0 lost, 0 duplicated. The summary at the end
 is a Markdown table (docs/guides/benchmarks-reference-shapes.md).
 
@@ -656,7 +656,7 @@ def describe(r: Row) -> str:
 
 
 def verdict(o: Row, c: Row | None, base_rate: float | None) -> str:
-    """The issue's targets for one row; without the C++ Queen only what ours alone can show."""
+    """The comparison's targets for one row; without the C++ Queen only what ours alone can show."""
     miss: list[str] = []
     if o.crash:
         return "FAILED"
