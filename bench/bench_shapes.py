@@ -12,7 +12,8 @@ each broker on its own fresh database. Rows (``--only`` picks some):
   groups_1/5/10          1 / 5 / 10 consumer groups on one queue with the producer running (push batch
                          10, 101 partitions): the producer's rate loss against the 1-group row of the
                          same broker, and the per-group delivery spread (for each message, the latest
-                         minus the earliest group's delivery instant; its p99);
+                         minus the earliest group's delivery instant; its p99), beside the gap between
+                         the highest and lowest per-group end-to-end p99 and each group's msg/s;
   batch_1/10/100         push batch 1 / 10 / 100 over 101 partitions, consumers running;
   queues_1/10            the same load (push batch 10) over 1 queue or 10 queues (101 partitions each),
                          each consumer connection on one queue, producers round-robin over the queues;
@@ -201,6 +202,8 @@ async def _consume(url: str, queues: list[str], shape: Shape, conns: int, t_star
     counts = {g: bytearray() for g in groups}
     when = {g: array("d") for g in groups} if len(groups) > 1 else {}
     e2e = array("d")  # (delivery offset, seconds) pairs, every group
+    g_lat = {g: array("d") for g in groups} if len(groups) > 1 else {}  # per group: seconds
+    g_win = dict.fromkeys(groups, 0)  # per group: deliveries within the producing window
     out = {"pops": 0, "errors": 0, "in_window": 0, "error_sample": "", "drained": 0, "loops": len(groups) * conns}
     hard_end = t_stop + drain_s
     window_end = t_stop
@@ -212,6 +215,7 @@ async def _consume(url: str, queues: list[str], shape: Shape, conns: int, t_star
             path += f"&consumerGroup={g}&subscriptionMode=all"
         cnt = counts[g]
         w = when.get(g)
+        gl = g_lat.get(g)
         c = Conn(host, port)
         while time.monotonic() < t_start - lead_s:
             await asyncio.sleep(t_start - lead_s - time.monotonic())
@@ -250,15 +254,19 @@ async def _consume(url: str, queues: list[str], shape: Shape, conns: int, t_star
                             w[i] = e
                     e2e.append(e - t_start)
                     e2e.append(e - d["t"])
+                    if gl is not None:
+                        gl.append(e - d["t"])
                     if e <= window_end:
                         out["in_window"] += 1
+                        g_win[g] += 1
         finally:
             c.close()
 
     c0 = _cpu_self()
     await asyncio.gather(*[loop(g, k) for g in groups for k in range(conns)])
     return {**out, "counts": {g: bytes(v) for g, v in counts.items()},
-            "when": {g: v.tobytes() for g, v in when.items()}, "e2e": e2e.tobytes(), "cpu": _cpu_self() - c0}
+            "when": {g: v.tobytes() for g, v in when.items()}, "e2e": e2e.tobytes(), "cpu": _cpu_self() - c0,
+            "group_p99": {g: pct(sorted(v), 0.99) for g, v in g_lat.items()}, "group_window": g_win}
 
 
 async def _ack_loop(url: str, queue: str, t_start: float, t_stop: float) -> dict:
@@ -448,7 +456,8 @@ class Row:
     ack_p50: float = float("nan")
     ack_p99: float = float("nan")
     spread_p99: float = float("nan")
-    group_min_rate: float = float("nan")
+    group_rates: tuple[float, float] = (float("nan"), float("nan"))  # slowest and fastest group, msg/s
+    group_p99_gap: float = float("nan")  # highest minus lowest per-group e2e p99, ms
     lost: int = 0
     dup: int = 0
     unconfirmed: int = 0
@@ -528,6 +537,10 @@ def analyse(shape: Shape, broker: str, seconds: float, prod: dict, cons: dict) -
     row.lost, row.dup, row.unconfirmed, row.phantom = check_ids(status, cons["counts"])
     if len(cons["when"]) > 1:
         row.spread_p99 = spread_p99(cons["when"])
+        rates = [n / seconds for n in cons["group_window"].values()]
+        row.group_rates = (min(rates), max(rates))
+        p99s = list(cons["group_p99"].values())
+        row.group_p99_gap = max(p99s) - min(p99s)
     row.errors = prod.get("errors", 0) + cons.get("errors", 0)
     row.error_sample = prod.get("error_sample") or cons.get("error_sample") or ""
     row.gen_cores = (prod.get("cpu", 0.0) + (cons.get("cpu", 0.0) if cons is not prod else 0.0)) / seconds
@@ -569,7 +582,7 @@ def run_phase(t: Target, shape: Shape, args: argparse.Namespace, server: str, ru
     if shape.ack:
         specs = [("ack", (t.url, base, seconds))]
     else:
-        per_group = max(2, args.consumers // shape.groups) if shape.groups else max(args.consumers, shape.queues)
+        per_group = args.group_consumers if shape.groups else max(args.consumers, shape.queues)
         specs = [("consume", (t.url, queues, shape, per_group, seconds, args.drain, lead)),
                  ("produce", (t.url, queues, shape, args.producers, seconds))]
     asyncio.run(_checkpoint(server))
@@ -640,7 +653,8 @@ def describe(r: Row) -> str:
     if r.shape.ack:
         s += f" | ack p50/p99 {r.ack_p50:.2f}/{r.ack_p99:.2f} ms"
     if r.shape.groups > 1:
-        s += f" | group spread p99 {f1(r.spread_p99)} ms"
+        s += (f" | group spread p99 {f1(r.spread_p99)} ms, per-group e2e p99 gap {f1(r.group_p99_gap)} ms,"
+              f" per-group msg/s {f0(r.group_rates[0])}..{f0(r.group_rates[1])}")
     if r.shape.long:
         s += (f" | p99 first/last third: push {f1(r.push_thirds[0])}/{f1(r.push_thirds[1])},"
               f" e2e {f1(r.e2e_thirds[0])}/{f1(r.e2e_thirds[1])} ms")
@@ -714,7 +728,8 @@ def table(targets: list[Target], shapes: list[Shape]) -> list[str]:
         if s.ack:
             extra = f"ack p50/p99 {o.ack_p50:.2f}/{o.ack_p99:.2f}" + (f" / {c.ack_p50:.2f}/{c.ack_p99:.2f}" if c else "")
         elif s.groups > 1:
-            extra = "spread p99 " + pair(lambda r: r.spread_p99, f1, o, c, False)
+            extra = ("spread p99 " + pair(lambda r: r.spread_p99, f1, o, c, False)
+                     + ", group p99 gap " + pair(lambda r: r.group_p99_gap, f1, o, c, False))
         elif s.long:
             extra = f"p99 1st/last third e2e {f1(o.e2e_thirds[0])}/{f1(o.e2e_thirds[1])}" + (
                 f" / {f1(c.e2e_thirds[0])}/{f1(c.e2e_thirds[1])}" if c else "")
@@ -758,7 +773,7 @@ def header(server: str, cpp: Any, args: argparse.Namespace) -> str:
             f"PostgreSQL {v} shared_buffers {sb} max_wal_size {wal} synchronous_commit {sc} | "
             f"queen-broker {ours} ({args.workers} workers), Python {platform.python_version()} | C++ Queen {cpp_v} | "
             f"rows {args.seconds:g} s, long {args.long_seconds:g} s, drain <= {args.drain:g} s, "
-            f"{args.producers} producer / {args.consumers} consumer connections")
+            f"{args.producers} producer / {args.consumers} consumer / {args.group_consumers} per-group connections")
 
 
 def postmaster_pid(server: str) -> int | None:
@@ -822,8 +837,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--drain", type=float, help="at most this long to drain after the producers stop (default 30; --quick 5)")
     ap.add_argument("--quick", action="store_true", help="a smoke run: 3 s rows, 6 s long row, 5 s drains")
     ap.add_argument("--producers", type=int, default=20, help="producer connections (default 20)")
-    ap.add_argument("--consumers", type=int, default=10,
-                    help="consumer connections in queue mode; with groups, max(2, this / groups) per group (default 10)")
+    ap.add_argument("--consumers", type=int, default=10, help="consumer connections in queue mode (default 10)")
+    ap.add_argument("--group-consumers", type=int, default=4, help="consumer connections of each group (default 4)")
     ap.add_argument("--only", nargs="+", choices=list(BY_NAME), metavar="ROW", help=f"rows to run: {', '.join(BY_NAME)}")
     ap.add_argument("--workers", type=int, default=2, help="workers of each broker (default 2)")
     ap.add_argument("--cpp-bin", default=os.environ.get("QUEEN_BENCH_CPP_BIN"),
@@ -833,7 +848,8 @@ def main(argv: list[str] | None = None) -> int:
     args.seconds = args.seconds or (3.0 if args.quick else 60.0)
     args.long_seconds = args.long_seconds or (6.0 if args.quick else 600.0)
     args.drain = args.drain or (5.0 if args.quick else 30.0)
-    if args.seconds <= 0 or args.long_seconds <= 0 or args.drain <= 0 or args.producers < 1 or args.consumers < 1:
+    if args.seconds <= 0 or args.long_seconds <= 0 or args.drain <= 0 or args.producers < 1 or args.consumers < 1 \
+            or args.group_consumers < 1:
         ap.error("durations and connection counts must be positive")
     if args.cpp_bin and not Path(args.cpp_bin).is_file():
         ap.error(f"--cpp-bin: no such file {args.cpp_bin}")

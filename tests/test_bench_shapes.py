@@ -43,7 +43,7 @@ def test_quick_run_against_our_broker_prints_every_row_with_its_id_checks(pg) ->
     env["QUEEN_BENCH_DATABASE_URL"] = pg.admin_dsn
     out = subprocess.run(
         [sys.executable, "-m", "broker", "bench", "shapes", "--quick", "--seconds", "1", "--long-seconds", "1.5",
-         "--drain", "3", "--producers", "4", "--consumers", "2", "--only", *rows],
+         "--drain", "3", "--producers", "4", "--consumers", "2", "--group-consumers", "1", "--only", *rows],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=220)
     text = out.stdout + out.stderr
     assert out.returncode == 0, text[-3000:]
