@@ -22,7 +22,9 @@ each broker on its own fresh database. Rows (``--only`` picks some):
   ack_single             one connection: push one message, pop it (batch 1), acknowledge it alone
                          (``/api/v1/ack``); the ack's own latency (target: p50 under 1.5 ms).
 
-Consumers pop batch 100 with autoAck and a long poll (wait=true, 1 s), as the reference's consumers do;
+Consumers pop batch 100 with autoAck and a long poll (wait=true, 1 s), as the reference's consumers do
+(``--autopilot`` adds the official client's default ``autopilot=true``, which lets our broker claim
+several partitions a pop);
 they start before the producers and, once the producers stop, drain until a long poll comes back empty
 (or ``--drain`` seconds pass). Every message carries its id and send instant in its payload; after the
 drain every id a push confirmed is checked: LOST = confirmed, never delivered (per group); DUP =
@@ -193,7 +195,7 @@ async def _produce(url: str, queues: list[str], shape: Shape, conns: int, t_star
 
 
 async def _consume(url: str, queues: list[str], shape: Shape, conns: int, t_start: float, t_stop: float,
-                   drain_s: float, lead_s: float) -> dict:
+                   drain_s: float, lead_s: float, autopilot: bool) -> dict:
     """Per group, ``conns`` long-polling consumers (autoAck, batch 100), each on one queue (round robin).
     Every delivery is counted by id; the end-to-end latency is the delivery instant minus the send
     instant carried in the payload (the same monotonic clock: both processes run on this machine)."""
@@ -211,6 +213,8 @@ async def _consume(url: str, queues: list[str], shape: Shape, conns: int, t_star
     async def loop(g: str | None, k: int) -> None:
         q = queues[k % len(queues)]
         path = f"/api/v1/pop/queue/{q}?batch=100&wait=true&timeout={POLL_MS}&autoAck=true"
+        if autopilot:  # what the official client sends by default: the broker may claim several partitions
+            path += "&autopilot=true"
         if g is not None:
             path += f"&consumerGroup={g}&subscriptionMode=all"
         cnt = counts[g]
@@ -334,8 +338,9 @@ def _child(role: str, conn: Any, args: tuple) -> None:
         if role == "produce":
             res = asyncio.run(_produce(*args[:4], t_start, t_start + args[4]))
         elif role == "consume":
-            url, queues, shape, conns, seconds, drain_s, lead_s = args
-            res = asyncio.run(_consume(url, queues, shape, conns, t_start, t_start + seconds, drain_s, lead_s))
+            url, queues, shape, conns, seconds, drain_s, lead_s, autopilot = args
+            res = asyncio.run(_consume(url, queues, shape, conns, t_start, t_start + seconds, drain_s, lead_s,
+                                       autopilot))
         else:
             res = asyncio.run(_ack_loop(args[0], args[1], t_start, t_start + args[2]))
     except BaseException as exc:  # noqa: BLE001 - reported by the parent as this phase's failure
@@ -583,7 +588,7 @@ def run_phase(t: Target, shape: Shape, args: argparse.Namespace, server: str, ru
         specs = [("ack", (t.url, base, seconds))]
     else:
         per_group = args.group_consumers if shape.groups else max(args.consumers, shape.queues)
-        specs = [("consume", (t.url, queues, shape, per_group, seconds, args.drain, lead)),
+        specs = [("consume", (t.url, queues, shape, per_group, seconds, args.drain, lead, args.autopilot)),
                  ("produce", (t.url, queues, shape, args.producers, seconds))]
     asyncio.run(_checkpoint(server))
     procs, pipes = [], []
@@ -773,7 +778,8 @@ def header(server: str, cpp: Any, args: argparse.Namespace) -> str:
             f"PostgreSQL {v} shared_buffers {sb} max_wal_size {wal} synchronous_commit {sc} | "
             f"queen-broker {ours} ({args.workers} workers), Python {platform.python_version()} | C++ Queen {cpp_v} | "
             f"rows {args.seconds:g} s, long {args.long_seconds:g} s, drain <= {args.drain:g} s, "
-            f"{args.producers} producer / {args.consumers} consumer / {args.group_consumers} per-group connections")
+            f"{args.producers} producer / {args.consumers} consumer / {args.group_consumers} per-group connections, "
+            f"autopilot {'on' if args.autopilot else 'off'}")
 
 
 def postmaster_pid(server: str) -> int | None:
@@ -839,6 +845,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--producers", type=int, default=20, help="producer connections (default 20)")
     ap.add_argument("--consumers", type=int, default=10, help="consumer connections in queue mode (default 10)")
     ap.add_argument("--group-consumers", type=int, default=4, help="consumer connections of each group (default 4)")
+    ap.add_argument("--autopilot", action="store_true",
+                    help="consumers add autopilot=true to their pops, as the official client (queen-mq 2.6.0) does by "
+                         "default (off: the reference suite's own requests)")
     ap.add_argument("--only", nargs="+", choices=list(BY_NAME), metavar="ROW", help=f"rows to run: {', '.join(BY_NAME)}")
     ap.add_argument("--workers", type=int, default=2, help="workers of each broker (default 2)")
     ap.add_argument("--cpp-bin", default=os.environ.get("QUEEN_BENCH_CPP_BIN"),
