@@ -316,8 +316,8 @@ async def _ack_loop(url: str, queue: str, t_start: float, t_stop: float) -> dict
                      "leaseId": m.get("leaseId"), "status": "completed"}))
                 b = time.monotonic()
                 answer = orjson.loads(data) if st == 200 else None
-                ok = st == 200 and not (isinstance(answer, list) and any(
-                    isinstance(x, dict) and x.get("success") is False for x in answer))
+                items = answer if isinstance(answer, list) else [answer]  # ours: a list; a single object too
+                ok = st == 200 and not any(isinstance(x, dict) and x.get("success") is False for x in items)
                 if not ok:
                     out["errors"] += 1
                     out["error_sample"] = out["error_sample"] or f"ack {st} {data[:160]!r}"
