@@ -592,6 +592,8 @@ def analyse(shape: Shape, broker: str, seconds: float, prod: dict, cons: dict) -
     if cons.get("drained", 1) < cons.get("loops", 1):
         row.notes.append(f"drain cut after {cons['loops'] - cons['drained']} consumer(s) still busy: "
                          "what they had not received counts as lost")
+    if row.gen_cores > 0.8:  # two generator processes: one of them may have been near a full core
+        row.notes.append(f"load generator busy ({row.gen_cores:.2f} cores): it may have limited this row")
     if cons.get("late"):
         row.notes.append(f"{cons['late']} delivered only by the closing sweep")
     if prod.get("refused"):
