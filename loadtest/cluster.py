@@ -5,7 +5,7 @@ is the primary (the layout Patroni documents).
 
     queen cluster install                  # as root: etcd-server, postgresql-15, haproxy (apt), the [cluster] extra (pip)
     queen cluster up [--dir D] [--async] [--haproxy]
-    queen cluster status | kill-primary | switchover | down   [--dir D]
+    queen cluster status | kill-primary [--lag S] | switchover | down   [--dir D]
 
 ``up`` prints the DSNs: ``multi`` (both nodes, ``target_session_attrs=read-write``), ``node1`` and
 ``node2`` (one node each: a name that may land on a standby), ``haproxy``. Everything runs under
@@ -518,6 +518,37 @@ class Cluster:
         os.kill(pid, signal.SIGKILL)
         return p
 
+    def _children(self, node: Node, what: str) -> list[int]:
+        """PIDs of ``node``'s server processes whose title contains ``what`` (children of its postmaster)."""
+        pm = _postmaster_pid(Path(self.st.dir) / node.name)
+        if pm is None:
+            return []
+        out = subprocess.run(["pgrep", "-P", str(pm), "-f", what], capture_output=True, text=True).stdout
+        return [int(x) for x in out.split()]
+
+    def kill_primary_lagging(self, lag_s: float, settle_s: float = 90.0) -> Node:
+        """A standby that lags, then the primary dies: the primary's WAL senders are stopped (SIGSTOP)
+        for ``lag_s`` seconds under load, then the primary's postmaster and those senders are killed -9.
+        What a slow or cut-off replication link before a crash does: asynchronous replication loses the
+        commits of those seconds; synchronous mode acknowledged none of them (they wait for the standby)."""
+        self.wait_healthy(settle_s)
+        p = self.primary()
+        if p is None:
+            raise ClusterError("no primary to kill")
+        senders = self._children(p, "walsender")
+        if not senders:
+            raise ClusterError(f"no WAL sender on {p.name}")
+        pm = _postmaster_pid(Path(self.st.dir) / p.name)
+        if pm is None:
+            raise ClusterError(f"{p.name} has no postmaster.pid")
+        for pid in senders:
+            os.kill(pid, signal.SIGSTOP)
+        time.sleep(lag_s)
+        for pid in [pm, *senders]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return p
+
     def switchover(self, settle_s: float = 90.0) -> tuple[Node, Node]:
         """Patroni's planned switchover (POST /switchover on the primary) to the other node, once the
         cluster has settled (``wait_healthy``)."""
@@ -562,6 +593,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--haproxy", action="store_true", help="up: HAProxy in front, checking Patroni's REST /primary")
     ap.add_argument("--install", action="store_true", help="up: install what is missing first (as `install` does)")
     ap.add_argument("--wait", action="store_true", help="kill-primary, switchover: return once a new primary serves")
+    ap.add_argument("--lag", type=float, default=0.0, metavar="S",
+                    help="kill-primary: first stop the primary's WAL senders for S seconds (a lagging replica)")
     return ap
 
 
@@ -594,8 +627,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "dsn":
             print(json.dumps(c.st.dsns(), indent=2))
         elif args.command == "kill-primary":
-            old = c.kill_primary()
-            print(f"killed -9 the postmaster of {old.name}")
+            old = c.kill_primary_lagging(args.lag) if args.lag > 0 else c.kill_primary()
+            print(f"killed -9 the postmaster of {old.name}" + (f" after {args.lag:g} s of standby lag" if args.lag > 0 else ""))
             if args.wait:
                 print(f"new primary: {c.wait_primary(60, not_node=old.name).name}")
         elif args.command == "switchover":
