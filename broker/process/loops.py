@@ -2,8 +2,8 @@
 
 ``Loops.start(name, factory)`` runs ``await factory()`` in a task. If it raises, the crash is counted
 in ``queen_loop_restarts_total{loop=name}`` and the loop is started again after a backoff (doubling up
-to 5 s, reset after a minute of healthy running). A crash of the code is logged with its traceback each
-time. A crash because the database is unavailable (``failures.DB_FAILURE``: down, failing over, a
+to 5 s, at most ``DB_MAX_BACKOFF_S`` while the database is away, reset after a minute of healthy
+running). A crash of the code is logged with its traceback each time. A crash because the database is unavailable (``failures.DB_FAILURE``: down, failing over, a
 standby answering) is an outage of the worker's database, not a bug: one WARNING line when the first
 loop meets it, nothing while the loops keep retrying, and one INFO line when every loop that met it has
 run again for ``RECOVERED_AFTER_S`` without a failure (with how long the outage lasted and how many
@@ -22,6 +22,7 @@ from broker.store.failures import DB_FAILURE, describe
 
 log = logging.getLogger("queen.loops")
 
+DB_MAX_BACKOFF_S = 1.0  # the longest wait between two restarts while the database is away
 RECOVERED_AFTER_S = 2.0  # a loop restarted after an outage that runs this long without failing is back
 
 
@@ -94,7 +95,9 @@ class Loops:
             LOOP_RESTARTS.labels(name).inc()
             if time.monotonic() - started > 60:
                 backoff = self._min
-            await asyncio.sleep(backoff)
+            # Through an outage a loop retries at least every DB_MAX_BACKOFF_S: the sweeper then fires
+            # the timers that fell due during a failover within about a second of the new primary.
+            await asyncio.sleep(min(backoff, DB_MAX_BACKOFF_S) if self.outage_since is not None else backoff)
             backoff = min(self._max, backoff * 2)
 
     def running(self) -> dict[str, bool]:
