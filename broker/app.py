@@ -29,6 +29,7 @@ from broker import errors, limits, services
 from broker.config import Settings
 from broker.context import BROKER, PRINCIPAL_KEY, Broker
 from broker.http import ROUTE_MODULES
+from broker.http.health import WAITING_FOR_PRIMARY
 from broker.metrics import HTTP_LATENCY, HTTP_REQUESTS
 from broker.store import migrate
 from broker.store.failures import DB_FAILURE, database_error, is_standby_answer
@@ -142,7 +143,7 @@ async def _boot(b: Broker) -> None:
         except Exception as exc:
             if isinstance(exc, asyncpg.TargetServerAttributeNotMatched) or is_standby_answer(exc):
                 # A standby (or a demoted primary) answered: wait for a writable one, never migrate there.
-                reason = f"waiting for a writable primary: no server among {dsn_hosts(b.dsn)} accepts writes"
+                reason = f"{WAITING_FOR_PRIMARY}: no server among {dsn_hosts(b.dsn)} accepts writes"
             else:
                 reason = f"database not ready ({type(exc).__name__}: {exc})"
             if reason.split(" (")[0] != b.boot_reason.split(" (")[0] or attempt % 50 == 0:

@@ -125,6 +125,17 @@ def test_dsn_on_a_demoted_node_answers_503_and_recovers(cluster: cl.Cluster, bro
         assert str(first.pg_port) in body["server"], body
         r = client.post("/api/v1/push", json=PUSH)
         assert r.headers.get("Retry-After") == "1" and r.json()["error"] == "unavailable", r.text
+        # A broker started now, on the standby alone, waits for a writable primary (it never migrates there).
+        late = broker_on(cluster.st.dsns()[first.name], wait=False)
+        deadline = time.monotonic() + 30
+        booting: dict = {}
+        while time.monotonic() < deadline and "waiting for a writable primary" not in booting.get("detail", ""):
+            try:
+                booting = httpx.get(late.url + "/health", timeout=5).json()
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        assert booting.get("status") == "booting" and booting.get("role") == "standby", booting
         # The node becomes primary again (a switchover back): the same processes serve again.
         cluster.switchover()
         cluster.wait_primary(60, not_node=next(n.name for n in cluster.st.nodes if n.name != first.name))
@@ -133,6 +144,7 @@ def test_dsn_on_a_demoted_node_answers_503_and_recovers(cluster: cl.Cluster, bro
             time.sleep(0.2)
         assert _write(client) == 201
         assert client.get("/health").json()["role"] == "primary"
+    late.wait_ready(60)  # and boots once its server is the primary
     assert sorted(b.worker_pids()) == pids, "a worker was restarted"
     assert "Traceback" not in b.log_path.read_text(), b.tail(80)
 

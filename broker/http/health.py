@@ -19,14 +19,18 @@ from broker.store.pool import drop_stale, dsn_hosts, ping
 
 PING_TIMEOUT_S = 2.0
 READ_ONLY_REASON = "database_read_only"
+WAITING_FOR_PRIMARY = "waiting for a writable primary"
 
 
 async def health(request: web.Request) -> web.Response:
     b = request.app[BROKER]
     base = {"worker_id": b.worker_index, "pid": os.getpid(), "version": __version__}
     if not b.ready or b.pool is None:
+        seen: dict[str, object] = {"database": "unknown"}
+        if b.boot_reason.startswith(WAITING_FOR_PRIMARY):  # broker.app._boot: only standbys answered
+            seen = {"database": "read_only", "server": dsn_hosts(b.dsn), "role": "standby", "writable": False}
         return json_response(
-            {"status": "booting", "database": "unknown", "reason": "booting", "detail": b.boot_reason, **base},
+            {"status": "booting", **seen, "reason": "booting", "detail": b.boot_reason, **base},
             status=503,
             headers={"Retry-After": "1"},
         )
