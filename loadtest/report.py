@@ -371,6 +371,10 @@ def _verdict(kind: str, s: dict[str, Any]) -> str:
         rows = [[label, w.get(key), od.SEED["without"].get(key), d.get(key), od.SEED["with"].get(key)] for key, label in od.ROWS]
         return f'<div class="verdict {cls}" id="verdict">{text}</div>' + html_table(
             ["", "without deadlines", "(seed, 35 s run)", "with deadlineMs", "(seed, 35 s run)"], rows)
+    if kind == "failover":
+        from loadtest import failover as fo
+
+        return fo.html_verdict(s, _e, html_table)
     failed = sum(int(f.get("occurrences", 0)) for f in s.get("failures", []))
     cls = "bad" if failed else "good"
     if kind == "timers_lag":

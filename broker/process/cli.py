@@ -141,6 +141,7 @@ DELEGATES = (
     ("conformance", "conformance.runner", "run the conformance suite against a broker URL (or a local one)"),
     ("loadtest", "loadtest.runner", "run a Locust load scenario and write a report"),
     ("bench", "bench.runner", "run the pytest-benchmark benches"),
+    ("cluster", "loadtest.cluster", "a local etcd + two-node Patroni cluster to try failover on (install|up|down|status|kill-primary|switchover)"),
 )
 
 # command -> (extra, modules it imports that only that extra installs). The bench and the Locust
@@ -151,6 +152,8 @@ EXTRAS: dict[str, tuple[str, tuple[str, ...]]] = {
     "loadtest": ("load", ("locust", "gevent", "matplotlib", "httpx")),
     "bench": ("bench", ("pytest", "pytest_benchmark", "pytest_asyncio", "httpx", "psutil")),
     "docs": ("docs", ("mkdocs", "material")),
+    # `queen cluster install` adds Patroni and psycopg itself (and Debian's etcd, PostgreSQL 15, HAProxy)
+    "cluster": ("cluster", ("httpx",)),
 }
 
 

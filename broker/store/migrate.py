@@ -31,6 +31,7 @@ from importlib.resources.abc import Traversable
 
 import asyncpg
 
+from broker.store.pool import session_attrs
 from broker.store.queries import SQL_DIR, QueryError, sql_files
 
 log = logging.getLogger("queen.migrate")
@@ -248,7 +249,9 @@ async def apply(
 
 
 async def run_url(dsn: str) -> Outcome:
-    conn = await asyncpg.connect(dsn)
+    """``run`` on a connection of its own, which asks for a writable server (``pool.session_attrs``):
+    migrations are never attempted on a standby."""
+    conn = await asyncpg.connect(dsn, **session_attrs(dsn))
     try:
         return await run(conn)
     finally:
