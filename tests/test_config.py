@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -129,3 +130,21 @@ def test_the_pool_opens_whole_unless_told_otherwise():
     assert (Settings.from_env({}).pool_min, Settings.from_env({}).pool_max) == (10, 10)
     assert (Settings.from_env({"QUEEN_POOL_MAX": "4"}).pool_min, Settings.from_env({"QUEEN_POOL_MAX": "4"}).pool_max) == (4, 4)
     assert Settings.from_env({"QUEEN_POOL_MIN": "2", "QUEEN_POOL_MAX": "6"}).pool_min == 2
+
+
+def test_every_documented_default_is_the_settings_default():
+    """The docs' tables of variables (``| `QUEEN_X` | `default` | ...``) show the defaults ``Settings``
+    declares (its fields are the one table of defaults, ``from_env`` and ``SweeperConfig`` read it): setting
+    a variable to its documented default changes nothing."""
+    root = Path(__file__).resolve().parent.parent
+    row = re.compile(r"^\|\s*`(QUEEN_[A-Z0-9_]+)`\s*\|\s*`([^`]*)`")
+    seen: dict[str, str] = {}
+    for page in [root / "README.md", *sorted((root / "docs").rglob("*.md"))]:
+        for line in page.read_text().splitlines():
+            m = row.match(line)
+            if m and not m.group(2).startswith("QUEEN_"):  # `QUEEN_POOL_MAX`: another variable's value
+                seen[m.group(1)] = m.group(2)
+    assert len(seen) > 30, "the variables' tables were not found"
+    base = Settings.from_env({})
+    wrong = {var: value for var, value in seen.items() if Settings.from_env({var: value}) != base}
+    assert wrong == {}, f"documented defaults that are not the defaults: {wrong}"

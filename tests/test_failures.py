@@ -10,7 +10,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from asyncpg import exceptions as pgx
 
 from broker.app import error_middleware
-from broker.store.failures import DB_FAILURE, database_error
+from broker.store.failures import DB_FAILURE, database_error, failure_class
 
 SHUTDOWN_FAILURES = [
     pgx.InternalClientError("cannot switch to state 12; another operation (2) is in progress"),
@@ -52,3 +52,23 @@ async def test_the_error_middleware_answers_503_not_500(exc):
         body = await r.json()
         assert body["error"] == "unavailable" and body["reason"] == "database_unavailable"
         assert r.headers["Retry-After"] == "1"
+
+
+class _Answered(Exception):
+    """A failure known only by its SQLSTATE (a function caught it and answered it as a row)."""
+
+    def __init__(self, sqlstate: str) -> None:
+        super().__init__(sqlstate)
+        self.sqlstate = sqlstate
+
+
+def test_failure_classes():
+    assert failure_class(asyncpg.exceptions.SerializationError("x")) == "transient"  # 40001
+    assert failure_class(asyncpg.exceptions.DeadlockDetectedError("x")) == "transient"  # 40P01
+    assert failure_class(asyncpg.exceptions.TooManyConnectionsError("x")) == "transient"  # 53300
+    assert failure_class(asyncpg.exceptions.AdminShutdownError("x")) == "transient"  # 57P01
+    assert failure_class(ConnectionResetError()) == "transient"
+    assert failure_class(asyncpg.exceptions.UniqueViolationError("x")) == "permanent"
+    assert failure_class(asyncpg.exceptions.CheckViolationError("x")) == "permanent"
+    assert [failure_class(_Answered(s)) for s in ("40001", "40P01", "08006", "53200", "57014")] == ["transient"] * 5
+    assert [failure_class(_Answered(s)) for s in ("23505", "22P02", "P0001")] == ["permanent"] * 3

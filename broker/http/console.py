@@ -20,7 +20,7 @@ from importlib import resources
 
 from aiohttp import web
 
-from broker.context import BROKER
+from broker.context import BROKER, broker
 from broker.errors import NotFound
 
 ASSET_DIR = resources.files("broker") / "console"  # package data: found the same in a wheel as in a checkout
@@ -44,7 +44,7 @@ def _load() -> dict[str, bytes]:
 
 
 def _serve(request: web.Request, name: str) -> web.Response:
-    if not request.app[BROKER].settings.console:
+    if not broker(request).settings.console:
         raise NotFound("console_disabled", "the console is switched off on this broker (QUEEN_CONSOLE=0)",
                        code="console_disabled")
     files = request.app[FILES]

@@ -9,7 +9,7 @@ import os
 from aiohttp import web
 
 from broker import __version__
-from broker.context import BROKER
+from broker.context import broker
 from broker.http.wire import json_response
 from broker.store.failures import DOWN_REASON, describe
 from broker.store.pool import ping
@@ -18,7 +18,7 @@ PING_TIMEOUT_S = 2.0
 
 
 async def health(request: web.Request) -> web.Response:
-    b = request.app[BROKER]
+    b = broker(request)
     base = {"worker_id": b.worker_index, "pid": os.getpid(), "version": __version__}
     if not b.ready or b.pool is None:
         return json_response(

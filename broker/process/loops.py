@@ -3,8 +3,10 @@
 ``Loops.start(name, factory)`` runs ``await factory()`` in a task. If it raises, the crash is logged
 with its traceback, counted in ``queen_loop_restarts_total{loop=name}`` and the loop is started again
 after a backoff (doubling up to 5 s, reset after a minute of healthy running). ``stop()`` cancels
-every loop and waits for them. There are no fire-and-forget tasks in the broker: every background
-coroutine runs under this.
+every loop and waits for them. Every coroutine that runs for a worker's life runs under this. A short
+task (a coalesced call, a NOTIFY to the other sweepers, a LISTEN of a new channel) is owned by the object
+that creates it, which keeps a reference until it ends: the event loop holds only a weak one, so an
+unreferenced task can be garbage-collected mid-flight.
 """
 
 from __future__ import annotations
