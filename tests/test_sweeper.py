@@ -16,6 +16,7 @@ import pytest
 from helpers import apply_call, fire_call, take_and_lease, take_call
 
 from broker.codec import Codec
+from broker.log.calls import Push
 from broker.store import lock_keys
 from broker.store.pool import connect
 from broker.store.queries import Q
@@ -48,6 +49,12 @@ async def schedule(conn: asyncpg.Connection, tenant: str, queue: str, keys: list
     call = apply_call(tenant, [("schedule", queue, k) for k in keys], sub=f"sub-{tenant}", txns=txns,
                       partition=partition, payloads=payloads, delays_ms=delays, ready=ready)
     return await conn.fetch(Q.timers_apply, *call.args())
+
+
+def one_push(queue: str, partition: str, message_id: uuid.UUID, txn: str) -> Push:
+    """One message of tenant t1 pushed straight into the log, as an earlier fire would have."""
+    return Push(tenant="t1", plain=[], queues=[queue], partitions=[partition], ids=[message_id], txns=[txn],
+                traces=[None], payloads=[b"{}"], codecs=[0], key_ids=[None], subs=["s"], deadline_ms=[None])
 
 
 async def faulty_timer(db: tuple[str, asyncpg.Connection], fault: str, count: int, ms: int,
@@ -240,9 +247,7 @@ async def test_refire_after_a_lost_commit_is_a_duplicate_not_a_second_frame(db, 
     dsn, conn = db
     [res] = await schedule(conn, "t1", "q", ["k"], txns=["tx-dup"], ready=ready)
     # the message is already in the log (the earlier fire committed, its answer was lost)
-    await conn.fetch("SELECT * FROM queen_push('t1', ARRAY['q'], ARRAY['Default'], ARRAY[$1::uuid], ARRAY['tx-dup'], "
-                     "ARRAY[NULL::uuid], ARRAY['{}'::bytea], ARRAY[0::smallint], ARRAY[NULL::text], ARRAY['s'], "
-                     "ARRAY[NULL::bigint])", res["message_id"])
+    await conn.fetch(Q.log_push, *one_push("q", "Default", res["message_id"], "tx-dup").args())
     sw = sweeper(dsn, faults=False)
     out = await sw.run_once()
     assert (out.fired, out.duplicates) == (0, 1)
@@ -258,9 +263,8 @@ async def test_fire_answers_each_row_with_its_own_queue_key_and_lag(db):
     dsn, conn = db
     await schedule(conn, "t1", "qb", [f"b{i}" for i in range(5)], delays=[-400 + 10 * i for i in range(5)], partition="P2")
     await schedule(conn, "t1", "qa", [f"a{i}" for i in range(5)], delays=[-200 - 10 * i for i in range(5)], partition="P1")
-    await conn.fetch("SELECT * FROM queen_push('t1', ARRAY['qa'], ARRAY['P1'], ARRAY[gen_random_uuid()], ARRAY['qa-a3'], "
-                     "ARRAY[NULL::uuid], ARRAY['{}'::bytea], ARRAY[0::smallint], ARRAY[NULL::text], ARRAY['s'], "
-                     "ARRAY[NULL::bigint])")  # a3 already went out (a lost commit): a duplicate
+    # a3 already went out (a lost commit): a duplicate
+    await conn.fetch(Q.log_push, *one_push("qa", "P1", uuid.uuid4(), "qa-a3").args())
     async with conn.transaction():
         rows = [r for r in await conn.fetch(Q.timers_take, *take_call(100).args()) if r["tenant"] is not None]
         out = await conn.fetch(Q.timers_fire, *fire_call(rows).args())
