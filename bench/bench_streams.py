@@ -29,8 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.db import new_migrated_db, run_on_a_server  # noqa: E402
 from broker.ids import uuid7  # noqa: E402
+from broker.log.calls import Push  # noqa: E402
 from broker.process.localserver import LocalBroker  # noqa: E402
 from broker.store.queries import Q  # noqa: E402
+from broker.streams.calls import StreamsCycle  # noqa: E402
 
 TENANT = "default"
 
@@ -61,11 +63,14 @@ async def _via_sql(conn: asyncpg.Connection, qid: str, batch: dict, sink: str, r
     last = batch["messages"][-1]
     mid = uuid7()
     t0 = time.perf_counter()
-    rows = await conn.fetch(
-        Q.streams_cycle, TENANT, uuid.UUID(qid), uuid.UUID(batch["partitionId"]), "g", [f"k{rnd % 50}"],
-        [f'{{"acc": {rnd}, "windowEnd": {rnd}}}'], last["transactionId"], uuid.UUID(batch["leaseId"]),
-        len(batch["messages"]), True, 3600, [sink], [sink], ["p"], [mid], [str(mid)], [None],
-        [f'{{"sum": {rnd}}}'.encode()], [0], [None], ["bench"], [None])
+    push = Push(tenant=TENANT, plain=[sink], queues=[sink], partitions=["p"], ids=[mid], txns=[str(mid)],
+                traces=[None], payloads=[f'{{"sum": {rnd}}}'.encode()], codecs=[0], key_ids=[None], subs=["bench"],
+                deadline_ms=[None], meter_period_s=3600)
+    call = StreamsCycle(query_id=uuid.UUID(qid), partition_id=uuid.UUID(batch["partitionId"]), group="g",
+                        op_keys=[f"k{rnd % 50}"], op_values=[f'{{"acc": {rnd}, "windowEnd": {rnd}}}'],
+                        ack_txn=last["transactionId"], ack_lease=uuid.UUID(batch["leaseId"]),
+                        ack_count=len(batch["messages"]), release=True, push=push)
+    rows = await conn.fetch(Q.streams_cycle, *call.args())
     took = time.perf_counter() - t0
     assert not [r for r in rows if r["kind"] == "refused"], rows
     return took

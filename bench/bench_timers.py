@@ -894,7 +894,7 @@ async def bench_profile(dsn: str, n: int = 20_000) -> None:
     while True:
         res = await sw.run_once()
         cycles += 1
-        if not res.claimed:
+        if not res.taken:
             break
     total = time.perf_counter() - t0
     await sw.stop()  # its backend ends and flushes its function counts
@@ -930,7 +930,9 @@ async def bench_breadth(crowd_dsn: str, alone_dsn: str, rounds: int = 40) -> Non
     tenant, alternated round by round (so both see the same machine)."""
     print(f"\n== breadth: one sweep cycle (SQL, one statement) beside other tenants vs alone, alternated, medians "
           f"of {rounds} cycles ==")
-    sweep = "SELECT count(*) FROM queen_timers_sweep(1000, NULL, false, 250, 5, 500, 300000, false)"
+    sweep = ("SELECT count(*) FROM queen_timers_sweep(p_batch => 1000, p_cursor => NULL, p_faults => false, "
+             "p_slice_cap => 250, p_max_attempts => 5, p_backoff_base_ms => 500, p_backoff_cap_ms => 300000, "
+             "p_in_tx => false)")
     far = """INSERT INTO queen_timers (tenant, queue, timer_key, partition, txn, message_id, payload, producer_sub,
                                       deliver_at, due_at)
              SELECT 'far-' || g, 'far', 'f', 'p', 'f', gen_random_uuid(), '{}'::bytea, 's', now() + interval '1 day',

@@ -134,7 +134,7 @@ async def _boot(b: Broker) -> None:
     while True:
         attempt += 1
         try:
-            applied = await migrate.apply_url(b.dsn)
+            applied = (await migrate.run(b.dsn)).applied
             if applied:
                 log.info("worker %d applied migrations %s", b.worker_index, applied)
             b.pool = await create_pool(b.settings, b.dsn)

@@ -228,6 +228,14 @@ class LimitsCache:
                 st.inflight_messages, st.inflight_timers = prev.inflight_messages, prev.inflight_timers
             self.tenants[tenant] = st
 
+    async def run(self, pool: Callable[[], asyncpg.Pool]) -> None:
+        """The ``limits-refresh`` loop body (started by ``broker.services``): one query for every tenant
+        served, a little more often than the bound, so requests do not find their entry stale and pay
+        the read."""
+        while True:
+            await asyncio.sleep(self.refresh_s * 0.8)
+            await self.refresh_all(pool())
+
     async def refresh_all(self, pool: Executor) -> None:
         now = time.monotonic()
         async with self._lock:
@@ -273,14 +281,6 @@ class LimitsCache:
 
 def cache_of(broker: Broker) -> LimitsCache:
     return broker.services.limits
-
-
-async def refresh_loop(cache: LimitsCache, pool: Callable[[], asyncpg.Pool]) -> None:
-    """The ``limits-refresh`` loop (started by ``broker.services``): one query for every tenant served,
-    a little more often than the bound, so requests do not find their entry stale and pay the read."""
-    while True:
-        await asyncio.sleep(cache.refresh_s * 0.8)
-        await cache.refresh_all(pool())
 
 
 async def plan_for(broker: Broker, tenant: str) -> Plan:

@@ -54,7 +54,7 @@ TIMERS_PENDING = Gauge("queen_timers_pending", "Pending timers (rows not yet fir
 SWEEPER_FIRED = Gauge("queen_sweeper_fired", "Timers fired by this worker's sweeper since it started (one series per pid)", multiprocess_mode="liveall")
 TIMERS_VACUUMS = Counter("queen_timers_vacuums_total", "VACUUMs of queen_timers run by this broker's timers-vacuum loop")
 TIMERS_OPS = Counter("queen_timers_ops_total", "Timer operations by status", ["status"])
-SWEEP_CYCLE = Histogram("queen_sweeper_cycle_seconds", "Duration of one sweep cycle (claim + pack + commit)", buckets=LATENCY_BUCKETS)
+SWEEP_CYCLE = Histogram("queen_sweeper_cycle_seconds", "Duration of one sweep cycle (take + pack + fire)", buckets=LATENCY_BUCKETS)
 SWEEP_SLEEP = Histogram("queen_sweeper_sleep_seconds", "Planned sleep between sweep cycles", buckets=LAG_BUCKETS)
 
 LOOP_RESTARTS = Counter("queen_loop_restarts_total", "Background loops restarted after a crash", ["loop"])

@@ -18,7 +18,9 @@
 - ``take_and_lease(conn, ...)``: the sweeper's cycle for rows it holds outside a transaction (take, lease,
   commit), from a test's own connection.
 - ``sql_push``, ``sql_pop``, ``sql_ack``: the log's SQL functions (queen_push / queen_pop / queen_ack)
-  called directly, for tests that judge the log below HTTP.
+  called directly, for tests that judge the log below HTTP; ``sql_apply``: queen_timers_apply.
+- ``apply_call``, ``take_call``, ``sweep_call``, ``fire_call``: the timers' typed call objects
+  (``broker.timers.calls``) as the tests build them: ``conn.fetch(Q.timers_take, *take_call().args())``.
 """
 
 from __future__ import annotations
@@ -37,8 +39,10 @@ import httpx
 from conftest import run_sync
 
 from broker.auth import mint
+from broker.log.calls import Ack, Pop, Push
 from broker.process.localserver import LocalBroker
 from broker.store.queries import Q
+from broker.timers.calls import Retry, TimersApply, TimersFire, TimersLease, TimersSweep, TimersTake
 
 T = TypeVar("T")
 
@@ -94,6 +98,59 @@ def frames(dsn: str, txn: str) -> list[asyncpg.Record]:
     return db_fetch(dsn, "SELECT id, created_at FROM queen_messages WHERE txn = $1", txn)
 
 
+# ------------------------------------------------------------------------- the timers' SQL calls
+
+RETRY = Retry(max_attempts=3, backoff_base_ms=50, backoff_cap_ms=1000)
+
+
+def apply_call(tenant: str, ops: Sequence[tuple[str, str, str]], *, sub: str = "sub", check_switch: bool = True,
+               txns: Sequence[str] | None = None, partition: str | None = None,
+               payloads: Sequence[bytes] | None = None, delays_ms: Sequence[int] | None = None,
+               delay_ms: int = 3_600_000, ready: bool = True) -> TimersApply:
+    """``queen_timers_apply`` of ``(op, queue, key)`` triples (query ``timers_apply``). A schedule (or
+    reschedule) gets a fresh message id, its payload (``b'{"x":1}'`` unless ``payloads``), its delay
+    (``delays_ms``, else ``delay_ms``) and ``ready``; a cancel only its key. Txns are ``t-<key>`` unless
+    given; no partition means the default one."""
+    n = len(ops)
+    sched = [op != "cancel" for op, _, _ in ops]
+    body = list(payloads) if payloads is not None else [b'{"x":1}'] * n
+    delays = list(delays_ms) if delays_ms is not None else [delay_ms] * n
+    return TimersApply(
+        tenant=tenant, sub=sub, check_switch=check_switch, near_ms=1000, ops=[op for op, _, _ in ops],
+        queues=[q for _, q, _ in ops], keys=[k for _, _, k in ops],
+        partitions=[partition] * n if partition is not None else None,
+        txns=list(txns) if txns is not None else [f"t-{k}" for _, _, k in ops],
+        ids=[uuid.uuid4() if s else None for s in sched], payloads=[b if s else None for b, s in zip(body, sched, strict=True)],
+        zstd=None, key_ids=None, delays_ms=[d if s else None for d, s in zip(delays, sched, strict=True)],
+        ready=[ready if s else None for s in sched],
+    )
+
+
+def take_call(batch: int = 100) -> TimersTake:
+    """The sweeper's take (query ``timers_take``): ``batch`` rows, the walk from the first tenant, no faults."""
+    return TimersTake(batch=batch, cursor=None, faults=False, slice_cap=250)
+
+
+def sweep_call(batch: int = 1000, *, retry: Retry = RETRY, in_tx: bool = True) -> TimersSweep:
+    """The sweeper's cycle statement (query ``timers_sweep``), inside the caller's transaction unless told."""
+    return TimersSweep(take=take_call(batch), retry=retry, in_tx=in_tx)
+
+
+def fire_call(rows: Sequence[Any], *, token: uuid.UUID | None = None, retry: Retry = RETRY) -> TimersFire:
+    """The fire (query ``timers_fire``) of ``rows`` with their stored bytes, none failed: rows taken in the
+    caller's transaction (records of a take: tenant, queue, timer_key, message_id, tid), or with
+    ``token`` the rows leased under it (only tenant, queue and timer_key are read)."""
+    n = len(rows)
+    taken = token is None
+    return TimersFire(
+        token=token, g_tenants=[r["tenant"] for r in rows], g_queues=[r["queue"] for r in rows],
+        g_keys=[r["timer_key"] for r in rows], g_ids=[r["message_id"] for r in rows] if taken else None,
+        g_tids=[r["tid"] for r in rows] if taken else None, g_payloads=[None] * n, g_codecs=[0] * n,
+        f_tenants=[], f_queues=[], f_keys=[], f_ids=[] if taken else None, f_errors=[], f_costs=[], f_wrap=[],
+        retry=retry,
+    )
+
+
 async def take_and_lease(conn: asyncpg.Connection, *, token: uuid.UUID | None = None, lease_ms: int = 60_000,
                          batch: int = 100, claimed_by: str = "test") -> list[asyncpg.Record]:
     """What the sweeper does with rows it must hold while nothing happens (an injected stall): take them
@@ -102,10 +159,11 @@ async def take_and_lease(conn: asyncpg.Connection, *, token: uuid.UUID | None = 
     caller's). Returns the rows taken AND leased, in the take's order (a row a concurrent cancel or
     reschedule changed between the two is left out); the take's trailing next-due row is dropped."""
     async with conn.transaction():
-        taken = [r for r in await conn.fetch(Q.timers_take, batch, None, False, 250) if r["tenant"] is not None]
-        leased = await conn.fetch(Q.timers_lease, token or uuid.uuid4(), lease_ms, claimed_by,
-                                  [r["tenant"] for r in taken], [r["queue"] for r in taken],
-                                  [r["timer_key"] for r in taken], [r["message_id"] for r in taken])
+        taken = [r for r in await conn.fetch(Q.timers_take, *take_call(batch).args()) if r["tenant"] is not None]
+        lease = TimersLease(token=token or uuid.uuid4(), lease_ms=lease_ms, claimed_by=claimed_by,
+                            tenants=[r["tenant"] for r in taken], queues=[r["queue"] for r in taken],
+                            keys=[r["timer_key"] for r in taken], ids=[r["message_id"] for r in taken])
+        leased = await conn.fetch(Q.timers_lease, *lease.args())
     held = {(r["tenant"], r["queue"], r["timer_key"]) for r in leased}
     return [r for r in taken if (r["tenant"], r["queue"], r["timer_key"]) in held]
 
@@ -115,36 +173,32 @@ QUEUE_MODE = "__QUEUE_MODE__"
 
 async def sql_push(conn: asyncpg.Connection, tenant: str, queue: str, txns: Sequence[str], partition: str = "p",
                    payload: bytes = b'{"x":1}', deadlines_ms: Sequence[int | None] | None = None) -> list[asyncpg.Record]:
-    """``queen_push`` of one message per txn into one partition; one row per item (status, seq, ...).
-    ``deadlines_ms``: each message's deadline in milliseconds from now (None: no deadline)."""
+    """``queen_push`` (query ``log_push``) of one message per txn into one partition; one row per item
+    (status, seq, ...). ``deadlines_ms``: each message's deadline in milliseconds from now (None: none)."""
     n = len(txns)
-    return await conn.fetch("SELECT * FROM queen_push($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-                            tenant, [queue] * n, [partition] * n, [uuid.uuid4() for _ in range(n)], list(txns),
-                            [None] * n, [payload] * n, [0] * n, [None] * n, [None] * n,
-                            list(deadlines_ms) if deadlines_ms is not None else [None] * n)
+    push = Push(tenant=tenant, plain=[], queues=[queue] * n, partitions=[partition] * n,
+                ids=[uuid.uuid4() for _ in range(n)], txns=list(txns), traces=[None] * n, payloads=[payload] * n,
+                codecs=[0] * n, key_ids=[None] * n, subs=[None] * n,
+                deadline_ms=list(deadlines_ms) if deadlines_ms is not None else [None] * n)
+    return await conn.fetch(push.query, *push.args())
 
 
 async def sql_apply(conn: asyncpg.Connection, tenant: str, ops: Sequence[tuple[str, str, str]], *,
                     delay_ms: int = 3_600_000, payload: bytes = b'{"x":1}') -> list[str]:
     """``queen_timers_apply`` (through Q.timers_apply) of ``(op, queue, key)`` triples, each schedule with
     txn ``t-<key>`` and ``delay_ms``; the statuses, in op order."""
-    n = len(ops)
-    sched = [op != "cancel" for op, _, _ in ops]
-    rows = await conn.fetch(
-        Q.timers_apply, tenant, "sub", True, 1000, [op for op, _, _ in ops], [q for _, q, _ in ops],
-        [k for _, _, k in ops], [None] * n, [f"t-{k}" for _, _, k in ops],
-        [uuid.uuid4() if s else None for s in sched], [payload if s else None for s in sched],
-        [False if s else None for s in sched], [None] * n, [delay_ms if s else None for s in sched],
-        [True if s else None for s in sched])
-    assert [r["idx"] for r in rows] == list(range(1, n + 1))
+    call = apply_call(tenant, ops, payloads=[payload] * len(ops), delay_ms=delay_ms)
+    rows = await conn.fetch(Q.timers_apply, *call.args())
+    assert [r["idx"] for r in rows] == list(range(1, len(ops) + 1))
     return [r["status"] for r in rows]
 
 
 async def sql_pop(conn: asyncpg.Connection, tenant: str, queue: str, *, partition: str | None = None,
                   group: str = QUEUE_MODE, batch: int = 1, auto_ack: bool = False) -> list[asyncpg.Record]:
     """``queen_pop`` (one partition at most); the delivered messages only (kind 'msg')."""
-    rows = await conn.fetch("SELECT * FROM queen_pop($1, $2, $3, $4, $5, 1, $6, NULL, NULL)",
-                            tenant, queue, partition, group, batch, auto_ack)
+    pop = Pop(tenant=tenant, queue=queue, partition=partition, group=group, batch=batch, max_partitions=1,
+              auto_ack=auto_ack)
+    rows = await conn.fetch(Q.log_pop, *pop.args())
     return [r for r in rows if r["kind"] == "msg"]
 
 
@@ -152,9 +206,10 @@ async def sql_ack(conn: asyncpg.Connection, tenant: str, msgs: Sequence[Any], *,
                   status: str = "completed", lease: bool = True) -> list[asyncpg.Record]:
     """``queen_ack`` of popped messages (with their lease ids unless ``lease=False``); one row per item."""
     n = len(msgs)
-    return await conn.fetch("SELECT * FROM queen_ack($1, $2, $3, $4, $5, $6, $7)", tenant,
-                            [m["partition_id"] for m in msgs], [m["txn"] for m in msgs], [status] * n,
-                            [m["lease_id"] if lease else None for m in msgs], [group] * n, [None] * n)
+    ack = Ack(tenant=tenant, pids=[m["partition_id"] for m in msgs], txns=[m["txn"] for m in msgs],
+              statuses=[status] * n, leases=[m["lease_id"] if lease else None for m in msgs], groups=[group] * n,
+              errors=[None] * n)
+    return await conn.fetch(Q.log_ack, *ack.args())
 
 
 # ------------------------------------------------------------------------------- brokers and clients

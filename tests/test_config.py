@@ -137,3 +137,32 @@ def test_the_pool_opens_whole_unless_told_otherwise():
     assert (Settings.from_env({}).pool_min, Settings.from_env({}).pool_max) == (10, 10)
     assert (Settings.from_env({"QUEEN_POOL_MAX": "4"}).pool_min, Settings.from_env({"QUEEN_POOL_MAX": "4"}).pool_max) == (4, 4)
     assert Settings.from_env({"QUEEN_POOL_MIN": "2", "QUEEN_POOL_MAX": "6"}).pool_min == 2
+
+
+def test_from_env_takes_every_default_from_the_settings_fields():
+    """The fields of ``Settings`` are the one table of defaults: every variable ``from_env`` reads
+    defaults to ``DEFAULTS.<the field it feeds>`` (the docs' configuration table is built from these
+    expressions, and ``SweeperConfig`` declares its own from the class), except the two defaults that
+    depend on something else (``workers``: the CPU count; ``pool_min``: the pool's maximum) and the
+    variables that are unset by default."""
+    import ast
+
+    from broker import config
+    from broker.timers.sweeper import SweeperConfig
+
+    tree = ast.parse(Path(config.__file__).read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Settings")
+    from_env = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "from_env")
+    odd = []
+    for node in ast.walk(from_env):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "cls"):
+            continue
+        for kw in node.keywords:
+            for call in ast.walk(kw.value):
+                if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in ("_int", "_bool", "_str"):
+                    default = ast.unparse(call.args[2])
+                    if default not in (f"DEFAULTS.{kw.arg}", f"str(DEFAULTS.{kw.arg})", "None", "cpu", "pool_max"):
+                        odd.append((kw.arg, default))
+    assert odd == []
+    assert Settings.from_env({}) == Settings() == config.DEFAULTS
+    assert SweeperConfig.from_settings(Settings()) == SweeperConfig(peers=Settings().workers)

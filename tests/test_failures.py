@@ -10,7 +10,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from asyncpg import exceptions as pgx
 
 from broker.app import error_middleware
-from broker.store.failures import DB_FAILURE, database_error
+from broker.store.failures import DB_FAILURE, database_error, failure_class
 
 SHUTDOWN_FAILURES = [
     pgx.InternalClientError("cannot switch to state 12; another operation (2) is in progress"),
@@ -123,3 +123,24 @@ def test_standby_answers_are_classified():
     for exc in (pgx.SerializationError("could not serialize access"), pgx.FeatureNotSupportedError("nope"),
                 pgx.UniqueViolationError("dup"), ConnectionResetError()):
         assert not is_standby_answer(exc), exc
+
+
+class _Answered(Exception):
+    """A failure known only by its SQLSTATE (a function caught it and answered it as a row)."""
+
+    def __init__(self, sqlstate: str) -> None:
+        super().__init__(sqlstate)
+        self.sqlstate = sqlstate
+
+
+def test_failure_classes():
+    assert failure_class(asyncpg.exceptions.SerializationError("x")) == "transient"  # 40001
+    assert failure_class(asyncpg.exceptions.DeadlockDetectedError("x")) == "transient"  # 40P01
+    assert failure_class(asyncpg.exceptions.TooManyConnectionsError("x")) == "transient"  # 53300
+    assert failure_class(asyncpg.exceptions.AdminShutdownError("x")) == "transient"  # 57P01
+    assert failure_class(ConnectionResetError()) == "transient"
+    assert failure_class(asyncpg.exceptions.UniqueViolationError("x")) == "permanent"
+    assert failure_class(asyncpg.exceptions.CheckViolationError("x")) == "permanent"
+    assert [failure_class(_Answered(s)) for s in ("40001", "40P01", "08006", "53200", "57014")] == ["transient"] * 5
+    assert [failure_class(_Answered(s)) for s in ("25006", "57P03")] == ["transient"] * 2  # a standby answered
+    assert [failure_class(_Answered(s)) for s in ("23505", "22P02", "P0001")] == ["permanent"] * 3

@@ -14,10 +14,12 @@ from broker import services
 from broker.auth import Principal
 from broker.config import Settings
 from broker.context import Broker
+from broker.log.calls import Pop
 from broker.log.coalesce import Coalescer
 from broker.log.parse import AckItem, PushItem
 from broker.log.service import LogService
 from broker.store.pool import create_pool
+from broker.store.queries import Q
 
 # ---- the coalescer alone
 
@@ -234,8 +236,9 @@ async def test_coalesced_acks_split_verdicts(svc: LogService) -> None:
     for i in range(4):
         await svc.push(P, [item("aq", f"p{i}", f"m{i}")])
     async with svc.b.require_pool().acquire() as c:
-        pops = [await c.fetch("SELECT * FROM queen_pop('co', 'aq', NULL, '__QUEUE_MODE__', 10, 1, false, NULL, NULL)")
-                for _ in range(4)]
+        pop = Pop(tenant="co", queue="aq", partition=None, group="__QUEUE_MODE__", batch=10, max_partitions=1,
+                  auto_ack=False)
+        pops = [await c.fetch(Q.log_pop, *pop.args()) for _ in range(4)]
     msgs = [r for rows in pops for r in rows if r["kind"] == "msg"]
     assert len(msgs) == 4
 
@@ -244,9 +247,7 @@ async def test_coalesced_acks_split_verdicts(svc: LogService) -> None:
                        lease=lease if lease is not None else m["lease_id"], lease_malformed=False,
                        group="__QUEUE_MODE__", error=None)
 
-    jobs = [[(msgs[0]["partition_id"], msgs[0]["txn"], "completed", msgs[0]["lease_id"], "__QUEUE_MODE__", None)],
-            [(msgs[1]["partition_id"], msgs[1]["txn"], "completed", uuid.uuid4(), "__QUEUE_MODE__", None)],
-            [(m["partition_id"], m["txn"], "completed", m["lease_id"], "__QUEUE_MODE__", None) for m in msgs[2:]]]
+    jobs = [[ack(msgs[0])], [ack(msgs[1], uuid.uuid4())], [ack(m) for m in msgs[2:]]]
     out = await svc._ack_group("co", jobs)
     assert [[v[0] for v in rows] for rows in out] == [[True], [False], [True, True]]
     assert out[1][0][1] == "Invalid or expired lease"

@@ -11,13 +11,13 @@ from typing import Any
 import asyncpg
 import pytest
 import zstandard
-from helpers import sql_apply
+from helpers import apply_call, sql_apply
 
 from broker.codec import Codec
 from broker.store.pool import connect
 from broker.store.queries import Q
-from broker.timers.ops import TimerOp
-from broker.timers.service import _arrays, log_ready
+from broker.timers.parse import TimerOp
+from broker.timers.service import _call, log_ready
 
 
 def _op(payload: bytes | None, zstd: bool = False, op: str = "schedule") -> TimerOp:
@@ -123,30 +123,28 @@ async def test_a_timer_needs_its_tenant_and_a_tenant_with_timers_stays(conn):
 
 
 def test_columns_with_nothing_to_say_are_sent_as_null():
-    """_arrays sends the partition, zstd and key-id columns as NULL when no op sets them (the statement
+    """_call sends the partition, zstd and key-id columns as NULL when no op sets them (the statement
     reads that as all NULLs), and as arrays as soon as one op does."""
     broker: Any = SimpleNamespace(codec=Codec(1024), settings=SimpleNamespace(sweeper_max_sleep_ms=1000))
     who: Any = SimpleNamespace(tenant="t", sub="s")
     plain = [_op(b"{}"), TimerOp("cancel", "q", "k2", None)]
-    args = _arrays(broker, who, plain, set(), True)
-    assert (args[7], args[11], args[12]) == (None, None, None)
-    assert uuid.UUID(args[9][0]).version == 7 and args[9][1] is None  # an id minted for the schedule only
+    call = _call(broker, who, plain, set(), check_switch=True, notify=True, meter_period_s=None)
+    assert (call.partitions, call.zstd, call.key_ids) == (None, None, None)
+    assert uuid.UUID(str(call.ids[0])).version == 7 and call.ids[1] is None  # an id minted for the schedule only
     mixed = [_op(b"{}"), TimerOp("schedule", "q", "k3", "t", "p1", b"x", True, 0)]
-    args = _arrays(broker, who, mixed, set(), True)
-    assert args[7] == [None, "p1"] and args[11] == [False, True] and args[12] is None
+    call = _call(broker, who, mixed, set(), check_switch=True, notify=True, meter_period_s=None)
+    assert call.partitions == [None, "p1"] and call.zstd == [False, True] and call.key_ids is None
 
 
 async def test_null_columns_are_the_defaults(conn):
-    rows = await conn.fetch(Q.timers_apply, "tn", "sub", True, 1000, ["schedule", "schedule"], ["q", "q"], ["a", "b"],
-                            None, ["ta", "tb"], [uuid.uuid4(), uuid.uuid4()], [b"{}", b"{}"], None, None,
-                            [60_000, 60_000], [True, True])
+    call = apply_call("tn", [("schedule", "q", "a"), ("schedule", "q", "b")], payloads=[b"{}"] * 2, delay_ms=60_000)
+    rows = await conn.fetch(Q.timers_apply, *call.args())
     assert [r["status"] for r in rows] == ["scheduled", "scheduled"]
     got = await conn.fetch("SELECT partition, payload_zstd, key_id FROM queen_timers WHERE tenant = 'tn'")
     assert [tuple(r) for r in got] == [("Default", False, None)] * 2
     # the general statement too (a cancel in the batch)
-    rows = await conn.fetch(Q.timers_apply, "tn", "sub", True, 1000, ["schedule", "cancel"], ["q", "q"], ["c", "a"],
-                            None, ["tc", "x"], [uuid.uuid4(), None], [b"{}", None], None, None, [60_000, None],
-                            [True, None])
+    call = apply_call("tn", [("schedule", "q", "c"), ("cancel", "q", "a")], payloads=[b"{}"] * 2, delay_ms=60_000)
+    rows = await conn.fetch(Q.timers_apply, *call.args())
     assert [r["status"] for r in rows] == ["scheduled", "cancelled"]
     got = await conn.fetchrow("SELECT partition, payload_zstd, key_id FROM queen_timers WHERE tenant = 'tn' AND timer_key = 'c'")
     assert tuple(got) == ("Default", False, None)

@@ -12,17 +12,18 @@ not depend on the machine's speed.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Awaitable, Callable
 
 import asyncpg
 import pytest
-from helpers import take_and_lease
+from helpers import apply_call, fire_call, sweep_call, take_and_lease, take_call
 
 from broker.store.pool import connect
 from broker.store.queries import Q
+from broker.timers.sweeper import SweeperConfig
 
 ROWS = 30_000
+SWEEP_DEFAULTS = SweeperConfig().sweep(None, in_tx=True)  # a cycle's statement as a default sweeper sends it
 SEED = """
 INSERT INTO queen_timers (tenant, queue, timer_key, partition, txn, message_id, payload, producer_sub, deliver_at, due_at)
 SELECT 'vol', 'q', 'k' || g, 'p' || (g % 8), 'x' || g, gen_random_uuid(), '{}'::bytea, 's', now() + $1::text::interval,
@@ -87,16 +88,16 @@ async def test_schedule_into_a_big_queue_probes_by_key_without_statistics(burst)
     n = 256
     keys = [f"new-{i}" for i in range(n)] + ["k1", "k2"]  # two reschedules of existing rows too
     m = len(keys)
-    args = ("vol", "sub", True, 1000, ["schedule"] * m, ["q"] * m, keys, [None] * m, [f"t{i}" for i in range(m)],
-            [uuid.uuid4() for _ in keys], [b"{}"] * m, [False] * m, [None] * m, [3_600_000] * m, [True] * m)
-    delta, rows = await touched(conn, Q.timers_apply, *args)
+    call = apply_call("vol", [("schedule", "q", k) for k in keys], txns=[f"t{i}" for i in range(m)],
+                      payloads=[b"{}"] * m)
+    delta, rows = await touched(conn, Q.timers_apply, *call.args())
     assert [r["status"] for r in rows] == ["scheduled"] * n + ["rescheduled"] * 2
     assert delta["seq_scan"] == 0, delta
     assert delta["idx_tup_fetch"] <= 4 * m, delta
     # The cancel path probes by key as well.
-    delta, rows = await touched(conn, Q.timers_apply, "vol", "sub", False, 1000, ["cancel"] * 3, ["q"] * 3,
-                                ["k3", "k4", "nope"], [None] * 3, ["c1", "c2", "c3"], [None] * 3, [None] * 3,
-                                [None] * 3, [None] * 3, [None] * 3, [None] * 3)
+    call = apply_call("vol", [("cancel", "q", k) for k in ("k3", "k4", "nope")], check_switch=False,
+                      txns=["c1", "c2", "c3"])
+    delta, rows = await touched(conn, Q.timers_apply, *call.args())
     assert [r["status"] for r in rows] == ["cancelled", "cancelled", "absent"]
     assert delta["seq_scan"] == 0 and delta["idx_tup_fetch"] <= 20, delta
 
@@ -109,9 +110,8 @@ async def test_a_batch_of_new_keys_goes_in_without_reading_the_table(burst):
     await conn.execute(SEED, "1 hour", ROWS)
     n = 256
     keys = [f"fresh-{i}" for i in range(n)]
-    args = ("vol", "sub", True, 1000, ["schedule"] * n, ["q"] * n, keys, [None] * n, keys,
-            [uuid.uuid4() for _ in keys], [b"{}"] * n, [False] * n, [None] * n, [3_600_000] * n, [True] * n)
-    delta, rows = await touched(conn, Q.timers_apply, *args)
+    call = apply_call("vol", [("schedule", "q", k) for k in keys], txns=keys, payloads=[b"{}"] * n)
+    delta, rows = await touched(conn, Q.timers_apply, *call.args())
     assert [r["status"] for r in rows] == ["scheduled"] * n
     assert delta == {"seq_scan": 0, "seq_tup_read": 0, "idx_tup_fetch": 0, "idx_scan": 0}, delta
 
@@ -123,9 +123,7 @@ async def test_schedule_plan_cached_on_an_empty_table_still_probes_by_key(burst)
     conn = burst
 
     def ops(keys: list[str], op: str = "schedule") -> tuple:
-        m = len(keys)
-        return ("vol", "sub", True, 1000, [op] * m, ["q"] * m, keys, [None] * m, [f"t-{k}" for k in keys],
-                [uuid.uuid4() for _ in keys], [b"{}"] * m, [False] * m, [None] * m, [3_600_000] * m, [True] * m)
+        return apply_call("vol", [(op, "q", k) for k in keys], payloads=[b"{}"] * len(keys)).args()
 
     delta, rows = await touched(conn, Q.timers_apply, *ops(["first"]))  # the plan is built and cached now
     assert [r["status"] for r in rows] == ["scheduled"]
@@ -172,15 +170,13 @@ async def take_and_fire(conn: asyncpg.Connection, batch: int, random_page_cost: 
             await conn.execute(f"SET LOCAL random_page_cost = {random_page_cost}")
         before = dict(await conn.fetchrow(TOUCHED) or {"seq_scan": 0, "seq_tup_read": 0, "idx_tup_fetch": 0, "idx_scan": 0})
         if in_db:
-            got = await conn.fetch(Q.timers_sweep, batch, None, False, 250, 3, 50, 1000, True)
+            got = await conn.fetch(Q.timers_sweep, *sweep_call(batch).args())
             n = next(r["taken"] for r in got if r["kind"] == "summary")
             out = [r for r in got if r["kind"] != "summary"]
         else:
-            rows = [r for r in await conn.fetch(Q.timers_take, batch, None, False, 250) if r["tenant"] is not None]
+            rows = [r for r in await conn.fetch(Q.timers_take, *take_call(batch).args()) if r["tenant"] is not None]
             n = len(rows)
-            out = await conn.fetch(Q.timers_fire_taken, [r["tenant"] for r in rows], [r["queue"] for r in rows],
-                                   [r["timer_key"] for r in rows], [r["message_id"] for r in rows],
-                                   [r["tid"] for r in rows], [None] * n, [0] * n, [], [], [], [], [], [], [], 3, 50, 1000)
+            out = await conn.fetch(Q.timers_fire, *fire_call(rows).args())
         after = dict(await conn.fetchrow(TOUCHED))
     return {k: after[k] - before[k] for k in after}, n, out
 
@@ -248,7 +244,7 @@ async def test_a_vacuumed_table_of_far_timers_does_not_change_what_a_cycle_reads
         before = 0  # the counters add up over the connection's transactions until they are flushed
         for _ in range(2):  # the second cycle runs on the plans the first one cached
             async with sweeper.transaction():
-                rows = await sweeper.fetch(Q.timers_sweep, 1000, None, False, 250, 5, 500, 300_000, True)
+                rows = await sweeper.fetch(Q.timers_sweep, *SWEEP_DEFAULTS.args())
                 read = await sweeper.fetchval(INDEX_BLOCKS_READ) - before
             before += read
             assert [r["kind"] for r in rows] == ["taken"] * 10 + ["summary"]  # packed in Python: not fired
@@ -289,7 +285,7 @@ async def test_other_tenants_add_nothing_to_a_cycle(pg):
         before = 0
         for _ in range(2):  # the second cycle runs on the plans the first one cached
             async with sweeper.transaction():
-                rows = await sweeper.fetch(Q.timers_sweep, 1000, None, False, 250, 5, 500, 300_000, True)
+                rows = await sweeper.fetch(Q.timers_sweep, *SWEEP_DEFAULTS.args())
                 read = await sweeper.fetchval(blocks) - before
             before += read
             assert [r["kind"] for r in rows] == ["taken"] * 10 + ["summary"]
@@ -324,7 +320,7 @@ async def test_sweepers_that_wake_together_split_a_due_set_that_fits_one_cycle(p
                     tx = s.transaction()
                     await tx.start()
                     txs.append(tx)
-                    rows = await s.fetch(Q.timers_sweep, 1000, None, False, 250, 5, 500, 300_000, True)
+                    rows = await s.fetch(Q.timers_sweep, *SWEEP_DEFAULTS.args())
                     per: dict[str, int] = {}
                     for r in rows:
                         if r["kind"] == "taken":
@@ -379,8 +375,7 @@ async def test_a_fire_over_many_tenants_keeps_its_subtransactions_cached(pg):
                    now() - interval '1 s', true
             FROM unnest($1::text[]) AS t, generate_series(1, 3) AS g""", tenants)
         async with conn.transaction():
-            taken = await conn.fetch("SELECT message_id, tid FROM queen_timers_take(1000, NULL, false, 250) "
-                                     "WHERE tenant IS NOT NULL")
+            taken = [r for r in await conn.fetch(Q.timers_take, *take_call(1000).args()) if r["tenant"] is not None]
             fired = await conn.fetch("SELECT kind FROM queen_timers_fire_ready($1::uuid[], $2::tid[])",
                                      [r["message_id"] for r in taken], [r["tid"] for r in taken])
             count, overflowed = await conn.fetchrow(OWN_SUBXACTS)

@@ -7,7 +7,6 @@ for ``count`` (or ``batch``) of them."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -15,13 +14,11 @@ import asyncpg
 
 from broker import limits, metering
 from broker.auth import Principal
-from broker.config import Settings
 from broker.ephemeral import parse
+from broker.ephemeral.calls import EphAck, EphConfigure, EphPop
 from broker.errors import BadRequest, TooManyRequests
 from broker.log.waiters import Waiters
 from broker.metrics import EPHEMERAL_MESSAGES
-from broker.process.loops import in_batches
-from broker.store.pool import Executor
 from broker.store.queries import Q
 
 if TYPE_CHECKING:
@@ -51,9 +48,8 @@ class EphemeralService:
         self.waiters = Waiters()
 
     async def configure(self, principal: Principal, queue: str, opts: parse.Options) -> dict[str, Any]:
-        out: dict[str, Any] = await self.b.require_pool().fetchval(
-            Q.eph_configure, principal.tenant, queue, opts.max_bytes, opts.max_length, opts.policy, opts.ttl_s,
-            opts.lease_s, opts.retry_limit, opts.window_ms, opts.window_count)
+        call = EphConfigure(tenant=principal.tenant, queue=queue, options=opts)
+        out: dict[str, Any] = await self.b.require_pool().fetchval(Q.eph_configure, *call.args())
         return out
 
     async def push(self, principal: Principal, queue: str, partition: str, payloads: list[str]) -> dict[str, Any]:
@@ -93,8 +89,9 @@ class EphemeralService:
         while True:
             ev = self.waiters.register(key) if req.wait else None
             try:
-                got = await pool.fetch(Q.eph_pop, principal.tenant, req.queue, req.partition, req.group,
-                                       req.batch - len(held), req.auto_ack)
+                call = EphPop(tenant=principal.tenant, queue=req.queue, partition=req.partition, group=req.group,
+                              batch=req.batch - len(held), auto_ack=req.auto_ack)
+                got = await pool.fetch(Q.eph_pop, *call.args())
                 rows = [r for r in got if r["seq"] is not None]
                 due = [r["due_ms"] for r in got if r["seq"] is None and r["due_ms"] is not None]
                 if rows and not held:
@@ -124,10 +121,10 @@ class EphemeralService:
         outcomes = ["unknown"] * len(acks)
         mine = [(i, a) for i, a in enumerate(acks) if a.seq is not None]
         if mine:
-            rows = await self.b.require_pool().fetch(
-                Q.eph_ack, principal.tenant, queue, group,
-                [a.tag for _, a in mine], [a.seq for _, a in mine], [a.attempt for _, a in mine],
-                [a.status for _, a in mine], [a.error for _, a in mine])
+            call = EphAck(tenant=principal.tenant, queue=queue, group=group, tags=[a.tag for _, a in mine],
+                          seqs=[a.seq for _, a in mine], attempts=[a.attempt for _, a in mine],
+                          statuses=[a.status for _, a in mine], errors=[a.error for _, a in mine])
+            rows = await self.b.require_pool().fetch(Q.eph_ack, *call.args())
             for r in rows:
                 outcomes[mine[r["idx"]][0]] = r["outcome"]
         for o in set(outcomes):
@@ -157,21 +154,3 @@ def _message(r: Any) -> dict[str, Any]:
     if r["last_error"] is not None:
         msg["lastError"] = r["last_error"]
     return msg
-
-
-EXPIRY_BATCH = 10_000
-
-
-async def expire_once(pool: Executor, idle_s: int) -> int:
-    """One pass of the ``ephemeral-expiry`` loop: how many expired messages went (implicit queues empty
-    and idle for ``idle_s`` are forgotten on the way)."""
-    n = int(await pool.fetchval(Q.eph_sweep, EXPIRY_BATCH, idle_s))
-    if n:
-        EPHEMERAL_MESSAGES.labels("expired").inc(n)
-    return n
-
-
-async def expiry_loop(pool: Callable[[], asyncpg.Pool], s: Settings) -> None:
-    """The ``ephemeral-expiry`` loop body (started by ``broker.services``)."""
-    await in_batches(lambda: expire_once(pool(), s.ephemeral_idle_s), EXPIRY_BATCH,
-                     s.ephemeral_expiry_interval_ms / 1000.0)

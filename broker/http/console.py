@@ -18,14 +18,14 @@ The files are read once, when the routes are set up; responses carry a strict Co
 
 from __future__ import annotations
 
-from pathlib import Path
+from importlib import resources
 
 from aiohttp import web
 
-from broker.context import BROKER
+from broker.context import BROKER, broker
 from broker.errors import NotFound
 
-ASSET_DIR = Path(__file__).resolve().parent.parent / "console"
+ASSET_DIR = resources.files("broker") / "console"  # package data: found the same in a wheel as in a checkout
 ASSETS = {
     "index.html": "text/html; charset=utf-8",
     "console.js": "text/javascript; charset=utf-8",
@@ -50,7 +50,7 @@ def _load() -> dict[str, bytes]:
 
 
 def _serve(request: web.Request, name: str) -> web.Response:
-    if not request.app[BROKER].settings.console:
+    if not broker(request).settings.console:
         raise NotFound("console_disabled", "the console is switched off on this broker (QUEEN_CONSOLE=0)",
                        code="console_disabled")
     files = request.app[FILES]

@@ -12,7 +12,7 @@ import asyncpg
 from aiohttp import web
 
 from broker import __version__
-from broker.context import BROKER
+from broker.context import broker
 from broker.http.wire import json_response
 from broker.store.failures import DOWN_REASON, describe
 from broker.store.pool import drop_stale, dsn_hosts, ping
@@ -23,7 +23,7 @@ WAITING_FOR_PRIMARY = "waiting for a writable primary"
 
 
 async def health(request: web.Request) -> web.Response:
-    b = request.app[BROKER]
+    b = broker(request)
     base = {"worker_id": b.worker_index, "pid": os.getpid(), "version": __version__}
     if not b.ready or b.pool is None:
         seen: dict[str, object] = {"database": "unknown"}

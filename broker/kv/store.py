@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker import metering
-from broker.kv.ops import READ_BUDGET_BYTES, KvCall
+from broker.kv.calls import KvApply
+from broker.kv.parse import READ_BUDGET_BYTES, KvCall
 from broker.metrics import KV_OPS
 from broker.store.pool import Executor
 from broker.store.queries import Q
@@ -31,7 +32,9 @@ async def apply(conn: Executor, tenant: str, call: KvCall, *, base_index: int = 
     """
     if not call.ops:
         return Applied([])
-    out = await conn.fetchval(Q.kv_apply, tenant, call.ops, base_index, READ_BUDGET_BYTES, metering.period_seconds(), True)
+    kv = KvApply(tenant=tenant, ops=call.ops, base_index=base_index, read_budget_bytes=READ_BUDGET_BYTES,
+                 meter_period_s=metering.period_seconds(), meter=True)
+    out = await conn.fetchval(Q.kv_apply, *kv.args())
     if "abort" in out:
         return Applied([], abort=out["abort"])
     for name in call.names:

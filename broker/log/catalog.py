@@ -12,6 +12,7 @@ from broker.auth import Principal
 from broker.errors import Conflict, NotFound
 from broker.ids import uuid7
 from broker.log import render
+from broker.log.calls import Push
 from broker.log.parse import QueueOptions
 from broker.log.service import QUEUE_FULL, queue_full_error, queues_full
 from broker.metrics import MESSAGES_DELETED, MESSAGES_PUSHED
@@ -167,10 +168,10 @@ async def _replay(conn: Any, principal: Any, r: Any) -> dict[str, Any]:
     txn = replay_txn(r["txn"], dlq_id)
     mid = uuid7()
     try:
-        rows = await conn.fetch(
-            Q.log_push, principal.tenant, [], [r["queue"]], [r["partition"]], [mid], [txn], [r["trace_id"]],
-            [r["payload"]], [r["codec"]], [r["key_id"]], [r["producer_sub"]], [None],
-        )
+        push = Push(tenant=principal.tenant, plain=[], queues=[r["queue"]], partitions=[r["partition"]], ids=[mid],
+                    txns=[txn], traces=[r["trace_id"]], payloads=[r["payload"]], codecs=[r["codec"]],
+                    key_ids=[r["key_id"]], subs=[r["producer_sub"]], deadline_ms=[None])
+        rows = await conn.fetch(push.query, *push.args())
     except asyncpg.PostgresError as exc:
         if getattr(exc, "sqlstate", None) != QUEUE_FULL:
             raise

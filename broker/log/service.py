@@ -23,6 +23,7 @@ from broker.crypto import NoEncryptionKey
 from broker.errors import Unavailable
 from broker.ids import uuid7
 from broker.log import QUEUE_MODE, render
+from broker.log.calls import Ack, Pop, Push
 from broker.log.coalesce import Coalescer
 from broker.log.parse import AckItem, PushItem
 from broker.log.waiters import Waiters
@@ -78,7 +79,7 @@ class LogService:
         self._listening: dict[tuple[str, str], float] = {}
         self.push_coalescer: Coalescer[str, tuple[Principal, list[PushItem]]] = Coalescer(
             "push", self._push_group, max_inflight=COALESCE_INFLIGHT, max_items=COALESCE_CALL_ITEMS)
-        self.ack_coalescer: Coalescer[str, list[tuple[Any, ...]]] = Coalescer(
+        self.ack_coalescer: Coalescer[str, list[AckItem]] = Coalescer(
             "ack", self._ack_group, max_inflight=COALESCE_INFLIGHT, max_items=COALESCE_CALL_ITEMS)
 
     async def close(self) -> None:
@@ -229,24 +230,14 @@ class LogService:
         order: status, message_id, partition_id, seq, txn. With ``meter_period_s`` the same statement
         also meters the queued messages (queen_push_edge): for a push that is its own transaction."""
         txns = [it.txn or str(mid) for it, mid in zip(items, ids, strict=True)]
-        head: tuple[Any, ...] = (
-            (Q.log_push, tenant) if meter_period_s is None
-            else (Q.log_push_edge, tenant, meter_period_s)
+        push = Push(
+            tenant=tenant, plain=sorted(plain_queues), queues=[it.queue for it in items],
+            partitions=[it.partition for it in items], ids=ids, txns=txns, traces=[it.trace for it in items],
+            payloads=[s.payload for s in sealed], codecs=[s.codec for s in sealed],
+            key_ids=[s.key_id for s in sealed], subs=subs, deadline_ms=[it.deadline_ms for it in items],
+            meter_period_s=meter_period_s,
         )
-        rows = await conn.fetch(
-            *head,
-            sorted(plain_queues),
-            [it.queue for it in items],
-            [it.partition for it in items],
-            ids,
-            txns,
-            [it.trace for it in items],
-            [s.payload for s in sealed],
-            [s.codec for s in sealed],
-            [s.key_id for s in sealed],
-            subs,
-            [it.deadline_ms for it in items],
-        )
+        rows = await conn.fetch(push.query, *push.args())
         return [
             {"status": r["status"], "message_id": r["message_id"], "partition_id": r["partition_id"], "seq": r["seq"], "txn": t}
             for r, t in zip(rows, txns, strict=True)
@@ -339,22 +330,22 @@ class LogService:
                         echo: dict[str, bool]) -> tuple[dict[str, Any] | None, float | None]:
         tenant = principal.tenant
         async with pool.acquire() as conn:
-            rows = await conn.fetch(
-                Q.log_pop, tenant, queue, req.partition, req.group, req.batch, req.partitions, req.auto_ack,
-                req.sub_mode, req.sub_from, req.conflation,
-            )
+            pop = Pop(tenant=tenant, queue=queue, partition=req.partition, group=req.group, batch=req.batch,
+                      max_partitions=req.partitions, auto_ack=req.auto_ack, sub_mode=req.sub_mode,
+                      sub_from=req.sub_from, conflation=req.conflation)
+            rows = await conn.fetch(Q.log_pop, *pop.args())
         stored: bool | None = None
         msgs: list[dict[str, Any]] = []
-        claimed: dict[uuid.UUID, str] = {}
+        leased: dict[uuid.UUID, str] = {}  # partitions this pop leased, by id
         lease: uuid.UUID | None = None
         lease_until = None
         hint: float | None = None
         expired = 0
         # Per message only what differs between messages: the lease (one per pop), the partition's id
-        # as text and the codec/keyring objects are looked up once (a batch-100 pop rendered at ~30 us
-        # a message before, most of it repeated str()/attribute work).
+        # as text and the codec/keyring objects are looked up once, not per message (repeated
+        # str()/attribute work was most of a large pop's rendering).
         # The same holds for created_at across messages pushed by one statement, or fired by one sweep
-        # (one transaction, one now()): formatted when it changes (~2.5 ms of a pop of 1,000 before).
+        # (one transaction, one now()): formatted only when it changes.
         lease_s = ""
         pids: dict[uuid.UUID, str] = {}
         codec, keyring, ts, data_fields = self.b.codec, self.b.keyring, render.ts, render.data_fields
@@ -375,7 +366,7 @@ class LogService:
                 pid = pids.get(ppid)
                 if pid is None:
                     pid = pids[ppid] = str(ppid)
-                    claimed[ppid] = r["partition"]
+                    leased[ppid] = r["partition"]
                 key_id = r["key_id"]
                 payload = r["payload"]
                 if key_id is None and r["codec"] == CODEC_RAW:
@@ -422,7 +413,7 @@ class LogService:
             "leaseId": lease_s,
             "leaseExpiresAt": render.ts(lease_until) if lease else None,
             "consumerGroup": req.group,
-            "partitionsClaimed": len(claimed),
+            "partitionsClaimed": len(leased),
             "messages": msgs,
             **policy,
         }, None
@@ -438,7 +429,7 @@ class LogService:
             i: (False, "Invalid or expired lease", False) for i, it in enumerate(items) if it.lease_malformed
         }
         if ok_items:
-            batch = [(it.partition_id, it.txn, it.status, it.lease, it.group, it.error) for _, it in ok_items]
+            batch = [it for _, it in ok_items]
             if conn is not None:
                 rows = await self._ack_rows(conn, principal.tenant, batch)
             elif len(batch) <= COALESCE_REQUEST_ITEMS:
@@ -467,15 +458,15 @@ class LogService:
         return out
 
     @staticmethod
-    async def _ack_rows(conn: Conn, tenant: str, batch: list[tuple[Any, ...]]) -> list[tuple[bool, str | None, bool]]:
-        rows = await conn.fetch(Q.log_ack, tenant, *(list(col) for col in zip(*batch, strict=True)))
+    async def _ack_rows(conn: Conn, tenant: str, batch: list[AckItem]) -> list[tuple[bool, str | None, bool]]:
+        rows = await conn.fetch(Q.log_ack, *Ack.of(tenant, batch).args())
         return [(r["success"], r["error"], r["dead_lettered"]) for r in rows]
 
-    async def _ack_alone(self, tenant: str, batch: list[tuple[Any, ...]]) -> list[tuple[bool, str | None, bool]]:
+    async def _ack_alone(self, tenant: str, batch: list[AckItem]) -> list[tuple[bool, str | None, bool]]:
         async with self.b.require_pool().acquire() as c:
             return await self._ack_rows(c, tenant, batch)
 
-    async def _ack_group(self, tenant: str, jobs: list[list[tuple[Any, ...]]]) -> list[Any]:
+    async def _ack_group(self, tenant: str, jobs: list[list[AckItem]]) -> list[Any]:
         """The ack coalescer's call: every job's acknowledgements in ONE queen_ack statement (one
         transaction), verdicts split back per job. queen_ack judges every item against the state at the
         start of the call, as it does inside one request. A failure that may be one job's (anything but

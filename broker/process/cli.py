@@ -68,7 +68,7 @@ def cmd_migrate(_args: argparse.Namespace, settings: Settings) -> int:
 
     dsn, _pg = _resolve_dsn(settings)
     try:
-        out = asyncio.run(migrate.run_url(dsn))
+        out = asyncio.run(migrate.run(dsn))
     except migrate.MigrationError as exc:
         print(f"queen migrate: {exc}", file=sys.stderr)
         return 1

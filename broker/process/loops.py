@@ -3,11 +3,15 @@
 ``Loops.start(name, factory)`` runs ``await factory()`` in a task. If it raises, the crash is counted
 in ``queen_loop_restarts_total{loop=name}`` and the loop is started again after a backoff (doubling up
 to 5 s, at most ``DB_MAX_BACKOFF_S`` while the database is away, reset after a minute of healthy
-running). A crash of the code is logged with its traceback each time. A crash because the database is unavailable (``failures.DB_FAILURE``: down, failing over, a
-standby answering) is an outage of the worker's database, not a bug: one WARNING line when the first
-loop meets it, nothing while the loops keep retrying, and one INFO line when every loop that met it has
-run again for ``RECOVERED_AFTER_S`` without a failure (with how long the outage lasted and how many
-restarts it took).
+running). A crash of the code is logged with its traceback each time. A crash because the database is
+unavailable (``failures.DB_FAILURE``: down, failing over, a standby answering) is an outage of the
+worker's database, not a bug: one WARNING line when the first loop meets it, nothing while the loops keep
+retrying, and one INFO line when every loop that met it has run again for ``RECOVERED_AFTER_S`` without a
+failure (with how long the outage lasted and how many restarts it took). ``stop()`` cancels every loop
+and waits for them. Every coroutine that runs for a worker's life runs under this. A short task (a
+coalesced call, a NOTIFY to the other sweepers, a LISTEN of a new channel) is owned by the object that
+creates it, which keeps a reference until it ends: the event loop holds only a weak one, so an
+unreferenced task can be garbage-collected mid-flight.
 """
 
 from __future__ import annotations

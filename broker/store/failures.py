@@ -78,3 +78,22 @@ def database_error(exc: BaseException) -> Unavailable:
 def describe(exc: BaseException) -> str:
     """Operator-facing detail for a database failure (class and message, bounded)."""
     return f"{type(exc).__name__}: {exc}"[:300]
+
+
+# The SQLSTATEs of DB_FAILURE, for a failure known only by its code (an error a PL/pgSQL function caught
+# and answered as a row): connection exceptions, insufficient resources, operator intervention, and the
+# two "retry the transaction" states, and a server that cannot take writes (STANDBY_STATES).
+_TRANSIENT_CLASSES = ("08", "53", "57")
+_TRANSIENT_STATES = frozenset({"40001", "40P01"}) | STANDBY_STATES
+
+
+def failure_class(exc: BaseException) -> str:
+    """``transient`` (the database's state, not the work: retrying the same work may succeed) or
+    ``permanent`` (the database refused this work). The timers' fire spends an attempt only on a
+    permanent failure."""
+    if isinstance(exc, DB_FAILURE):  # incl. InternalClientError: a connection broken mid-protocol
+        return "transient"
+    state = getattr(exc, "sqlstate", None)
+    if state and (state in _TRANSIENT_STATES or state.startswith(_TRANSIENT_CLASSES)):
+        return "transient"
+    return "permanent"

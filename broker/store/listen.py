@@ -30,13 +30,16 @@ class Notifier:
         self._subs: dict[str, list[Callback]] = defaultdict(list)
         self._reconnect_cbs: list[Callable[[], None]] = []
         self._conn: asyncpg.Connection | None = None
+        self._listening: set[asyncio.Task[None]] = set()  # LISTENs of new channels in flight (kept referenced)
         self.connected = asyncio.Event()
 
     def subscribe(self, channel: str, callback: Callback) -> None:
         first = channel not in self._subs
         self._subs[channel].append(callback)
         if first and self._conn is not None and not self._conn.is_closed():
-            asyncio.get_running_loop().create_task(self._conn.add_listener(channel, self._dispatch))
+            task = asyncio.get_running_loop().create_task(self._conn.add_listener(channel, self._dispatch))
+            self._listening.add(task)
+            task.add_done_callback(self._listening.discard)
 
     def on_reconnect(self, callback: Callable[[], None]) -> None:
         self._reconnect_cbs.append(callback)

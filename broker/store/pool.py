@@ -1,4 +1,6 @@
-"""The asyncpg pool: JSON codecs via orjson, a statement timeout, sizes from Settings.
+"""The asyncpg pool: JSON codecs via orjson, sizes from Settings, and asyncpg's client-side command
+timeout (60 s: the client stops waiting for a statement and cancels it; the server sets no
+statement_timeout of its own).
 
 Every connection the broker opens (the pool, the sweeper's, the LISTEN one, the migration runner's)
 asks for a writable server: ``target_session_attrs=read-write`` unless the DSN or
@@ -41,7 +43,8 @@ async def init_connection(conn: asyncpg.Connection) -> None:
 
 async def _keep_session(conn: asyncpg.Connection) -> None:
     """Release hook that skips asyncpg's default reset query (advisory unlock all, CLOSE ALL, UNLISTEN,
-    RESET ALL): one round trip on every release, ~13% of a worker's CPU on a one-item push.
+    RESET ALL): one round trip on every release, a large share of a one-item push's CPU
+    (docs/performance.md).
 
     Safe because pooled connections never carry session state: every advisory lock the broker takes on
     them is transaction-scoped (the timers-vacuum loop's session lock and its vacuum_cost_delay are undone
@@ -106,8 +109,7 @@ async def create_pool(settings: Settings, dsn: str, *, min_size: int | None = No
         command_timeout=60,
         # Connections stay open: one closed after an idle spell is reopened by the next burst's first
         # requests, each paying the connect, the codecs' type introspection (init_connection) and the
-        # first planning of every statement it runs (seen as a fresh broker's first 100 ms of one-item
-        # pushes at 100/s taking 15-75 ms, with the typeinfo queries beside them).
+        # first planning of every statement it runs.
         max_inactive_connection_lifetime=0,
         server_settings={"application_name": "queen-broker", "timezone": "UTC"},
         **session_attrs(dsn),

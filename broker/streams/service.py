@@ -26,9 +26,11 @@ from broker.auth import Principal
 from broker.errors import Conflict, NotFound, Unavailable
 from broker.ids import uuid7
 from broker.log import render
+from broker.log.calls import Push
 from broker.log.service import ENCRYPTION_RACE, QUEUE_FULL, LogService, queue_full_error, queues_full
 from broker.metrics import MESSAGES_ACKED, MESSAGES_PUSHED
 from broker.store.queries import Q
+from broker.streams.calls import StreamsCycle, StreamsRegister, StreamsStateGet
 from broker.streams.parse import Cycle, Registration, StateQuery
 
 if TYPE_CHECKING:
@@ -48,8 +50,9 @@ async def register(b: Broker, principal: Principal, reg: Registration) -> dict[s
     principal.require("consume")
     if reg.sink_queue is not None:
         principal.require("produce")
-    row = await b.require_pool().fetchrow(Q.streams_register, principal.tenant, reg.name, reg.source_queue,
-                                          reg.sink_queue, reg.config_hash, reg.reset)
+    call = StreamsRegister(tenant=principal.tenant, name=reg.name, source=reg.source_queue, sink=reg.sink_queue,
+                           config_hash=reg.config_hash, reset=reg.reset)
+    row = await b.require_pool().fetchrow(Q.streams_register, *call.args())
     assert row is not None
     if row["outcome"] == "mismatch":
         raise Conflict(
@@ -65,8 +68,9 @@ async def register(b: Broker, principal: Principal, reg: Registration) -> dict[s
 async def state_get(b: Broker, principal: Principal, sq: StateQuery) -> dict[str, Any]:
     principal.require("consume")
     try:
-        rows = await b.require_pool().fetch(Q.streams_state_get, principal.tenant, sq.query_id, sq.partition_id,
-                                            sq.keys, sq.prefix, sq.ripe_at_or_before)
+        call = StreamsStateGet(tenant=principal.tenant, query_id=sq.query_id, partition_id=sq.partition_id,
+                               keys=sq.keys, prefix=sq.prefix, ripe_ms=sq.ripe_at_or_before)
+        rows = await b.require_pool().fetch(Q.streams_state_get, *call.args())
     except asyncpg.PostgresError as exc:
         if getattr(exc, "sqlstate", None) == QUERY_NOT_FOUND:
             raise _not_found(sq.query_id) from None
@@ -100,14 +104,20 @@ async def cycle(b: Broker, svc: LogService, principal: Principal, c: Cycle) -> d
             encrypting = await svc._encrypting(conn, tenant, queues, fresh=attempt > 0) if queues else set()
             sealed = svc._seal(tenant, c.pushes, encrypting)
             try:
-                rows = await conn.fetch(
-                    Q.streams_cycle, tenant, c.query_id, c.partition_id, c.group, c.op_keys, c.op_values,
-                    ack.txn if ack else None, ack.lease if ack else None, ack.count if ack else None,
-                    c.release_lease, metering.period_seconds(), sorted(queues - encrypting),
-                    [it.queue for it in c.pushes], [it.partition for it in c.pushes], ids, txns,
-                    [it.trace for it in c.pushes], [s.payload for s in sealed], [s.codec for s in sealed],
-                    [s.key_id for s in sealed], [principal.sub] * len(c.pushes), [it.deadline_ms for it in c.pushes],
+                push = Push(
+                    tenant=tenant, plain=sorted(queues - encrypting), queues=[it.queue for it in c.pushes],
+                    partitions=[it.partition for it in c.pushes], ids=ids, txns=txns,
+                    traces=[it.trace for it in c.pushes], payloads=[s.payload for s in sealed],
+                    codecs=[s.codec for s in sealed], key_ids=[s.key_id for s in sealed],
+                    subs=[principal.sub] * len(c.pushes), deadline_ms=[it.deadline_ms for it in c.pushes],
+                    meter_period_s=metering.period_seconds(),
                 )
+                call = StreamsCycle(
+                    query_id=c.query_id, partition_id=c.partition_id, group=c.group, op_keys=c.op_keys,
+                    op_values=c.op_values, ack_txn=ack.txn if ack else None, ack_lease=ack.lease if ack else None,
+                    ack_count=ack.count if ack else None, release=c.release_lease, push=push,
+                )
+                rows = await conn.fetch(Q.streams_cycle, *call.args())
             except asyncpg.PostgresError as exc:
                 state = getattr(exc, "sqlstate", None)
                 if state == QUERY_NOT_FOUND:

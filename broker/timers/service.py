@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
-import orjson
 import zstandard
 
 from broker import errors, limits, metering
@@ -29,10 +28,11 @@ from broker.codec import CodecError
 from broker.crypto import NoEncryptionKey
 from broker.ids import uuid7_text
 from broker.metrics import TIMERS_OPS
-from broker.payloads import seal
+from broker.payloads import NotJson, client_json, seal
 from broker.store.pool import Conn
 from broker.store.queries import Q
-from broker.timers.ops import CODE, TimerOp, bad
+from broker.timers.calls import TimersApply
+from broker.timers.parse import CODE, TimerOp, bad
 from broker.timers.status import iso_us, result, status_of
 
 if TYPE_CHECKING:
@@ -119,15 +119,11 @@ def _seal_for_encrypting_queue(broker: Broker, tenant: str, op: TimerOp) -> tupl
     """Encryption happens at schedule: the payload is sealed into the log's stored format now and the
     fire moves it untouched. The fire cannot look inside it, so it must be JSON now."""
     assert op.payload is not None
-    body = op.payload
-    if op.payload_zstd:
-        try:
-            body = broker.codec.decompress(body)
-        except CodecError:
-            raise bad("timers_payload_not_zstd", "`payloadZstd` is true but `payload` is not a valid zstd frame") from None
     try:
-        orjson.loads(body)
-    except orjson.JSONDecodeError:
+        body = client_json(broker.codec, op.payload, zstd=op.payload_zstd)
+    except CodecError:
+        raise bad("timers_payload_not_zstd", "`payloadZstd` is true but `payload` is not a valid zstd frame") from None
+    except NotJson:
         raise bad(
             "timers_payload_not_json",
             f"queue {op.queue!r} encrypts at rest, so the payload is sealed at schedule and must be JSON now",
@@ -171,11 +167,10 @@ async def apply(
             encrypting = {r["name"] for r in await conn.fetch(Q.timers_encrypting_queues, tenant, queues)}
     sweeper = _local_sweeper(broker, conn)
     for attempt in (1, 2):
-        args = _arrays(broker, principal, ops, encrypting, check_switch, notify=sweeper is None)
+        call = _call(broker, principal, ops, encrypting, check_switch=check_switch, notify=sweeper is None,
+                     meter_period_s=metering.period_seconds() if meter else None)
+        query, args = call.query, call.args()
         sent_at = asyncio.get_running_loop().time()
-        query = Q.timers_apply
-        if meter:
-            query, args = Q.timers_schedule, (*args, metering.period_seconds())
         try:
             if broker.keyring and conn.is_in_transaction():
                 # A savepoint, so the encryption retry below runs in a still usable transaction.
@@ -213,10 +208,10 @@ async def apply(
 def _local_sweeper(broker: Broker, conn: Conn) -> Sweeper | None:
     """This worker's sweeper when a schedule may wake it in process instead of by NOTIFY: the statement
     commits by itself (autocommit, so the row is visible when it returns; in a caller's transaction only
-    the NOTIFY, delivered at commit, comes late enough) and the sweeper is running. Every schedule due
-    within the max sleep used to NOTIFY, and a NOTIFY holds PostgreSQL's one notify-queue lock from its
-    commit until the commit's WAL flush is done: at 100 schedule calls/s the fires' commits (which NOTIFY
-    the waiting pops) queued behind the schedules' flushes."""
+    the NOTIFY, delivered at commit, comes late enough) and the sweeper is running. Why avoid the
+    NOTIFY: it holds PostgreSQL's one notify-queue lock from its commit until the commit's WAL flush is
+    done, so under a steady rate of schedules the fires' commits (which NOTIFY the waiting pops) would
+    queue behind the schedules' flushes."""
     sweeper = broker.services.sweeper
     if sweeper is None or not sweeper.awake or conn.is_in_transaction():
         return None
@@ -260,16 +255,16 @@ def log_ready(broker: Broker, op: TimerOp) -> bool:
     if threshold and len(body) >= threshold:
         return False
     try:
-        orjson.loads(body)
-    except orjson.JSONDecodeError:
+        client_json(broker.codec, body, zstd=False)
+    except NotJson:
         return False
     return True
 
 
-def _arrays(
-    broker: Broker, principal: Principal, ops: Sequence[TimerOp], encrypting: set[str], check_switch: bool,
-    *, notify: bool = True,
-) -> tuple[Any, ...]:
+def _call(
+    broker: Broker, principal: Principal, ops: Sequence[TimerOp], encrypting: set[str], *, check_switch: bool,
+    notify: bool, meter_period_s: int | None,
+) -> TimersApply:
     kinds = [op.op for op in ops]
     queues = [op.queue for op in ops]
     keys = [op.key for op in ops]
@@ -300,9 +295,13 @@ def _arrays(
     # A column with nothing to say (every partition the default, nothing zstd, nothing sealed) is sent as
     # NULL, which queen_timers_apply reads as all NULLs: asyncpg spends an isinstance test or two on every
     # element it encodes, and these three were a third of a plain batch's elements.
-    return (principal.tenant, principal.sub, check_switch, near_ms, kinds, queues, keys,
-            parts if any(p is not None for p in parts) else None, txns, ids, payloads,
-            zstd if any(zstd) else None, key_ids if any(k is not None for k in key_ids) else None, delays, ready)
+    return TimersApply(
+        tenant=principal.tenant, sub=principal.sub, check_switch=check_switch, near_ms=near_ms, ops=kinds,
+        queues=queues, keys=keys, partitions=parts if any(p is not None for p in parts) else None, txns=txns,
+        ids=ids, payloads=payloads, zstd=zstd if any(zstd) else None,
+        key_ids=key_ids if any(k is not None for k in key_ids) else None, delays_ms=delays, ready=ready,
+        meter_period_s=meter_period_s,
+    )
 
 
 async def admit(broker: Broker, principal: Principal, ops: Sequence[TimerOp]) -> None:

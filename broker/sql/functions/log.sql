@@ -42,24 +42,20 @@ $$;
 --     A duplicate breaks the unique (tenant, partition_id, txn) index, which undoes that attempt, and
 --     the statement that finds duplicates runs instead (and runs first where the transaction-local
 --     setting queen.push_careful is on: a timer fire past its 31st tenant's push, which keeps a fire's
---     subtransactions under the 64 a backend caches). Measured on the embedded PostgreSQL, medians
---     of alternated rounds against the statement alone: a 1-item push the same (0.56 ms), 10 items
---     0.94 -> 0.76 ms, 100 items 3.0 -> 2.1 ms, 1,000 items 21 -> 15 ms; a 1,000-row timer fire into 16
---     partitions 20.5 -> 17.2 ms.
+--     subtransactions under the 64 a backend caches). Batches of 10 items and more are faster so, a
+--     one-item push no slower (docs/performance.md, "push").
 --   * The duplicate lookup (both paths, once a batch has a duplicate) is a correlated scalar probe per
 --     item: never flattened into a join, it binds all three key columns of the unique (tenant,
 --     partition_id, txn) index. A LEFT JOIN was planned (generic plan) with partition_id as a mere
---     join filter, a scan of the tenant's whole index per item (1,000 items over 8 partitions: 43 ms on a fresh database,
---     390 ms eight batches later; with the probe 18-24 ms flat). The fast path's join, even with
---     partition_id bound, became a hash of the WHOLE partition under the generic plan (estimated one
---     row): a 10-item push cost 0.8 ms into an empty partition, 5.9 ms at 10k messages, 103 ms at 200k
---     (measured: the timer fire of a steady 1,000/s into one queue spent 4.8 of its 6 ms there);
---     as a probe it reads only its items' rows (tests/test_log_push_paths.py). KNOWN: on a table never
+--     join filter, a scan of the tenant's whole index per item, growing with the tenant's messages; the
+--     fast path's join, even with partition_id bound, became a hash of the WHOLE partition under the
+--     generic plan (estimated one row), growing with the partition. As a probe it reads only its
+--     items' rows (tests/test_log_push_paths.py counts them). KNOWN: on a table never
 --     analyzed the general path's probe may still be planned on the primary key (tenant, partition_id)
 --     with txn as a filter, i.e. the partition read once per item.
 --   * plan_cache_mode = force_generic_plan: its statements are planned once per connection instead of
---     at every call; planning was over half the cost of a one-item push (1.3 -> 0.6 ms per call at
---     batch 1, about 15 % less at batch 100, about 20 % more at batch 1000, where execution dominates).
+--     at every call: planning at every call was over half the cost of a one-item push, the common
+--     case; a batch of 1,000, where execution dominates, pays a little for the generic plan.
 --   * There is no (tenant, txn) index: the lookup by (queue, txn) probes the unique
 --     (tenant, partition_id, txn) index per partition of the queue, and no write pays for a second index.
 CREATE OR REPLACE FUNCTION queen_push(
@@ -197,9 +193,8 @@ BEGIN
     -- Every read of queen_queues and queen_partitions below is a probe by key of one of the batch's
     -- queues or partitions, never a read of the tenant's rows: joined on (queue, name), the planner read
     -- all of them (a bitmap scan by tenant, hashed), and under a caller's planner settings with hash joins
-    -- and bitmap scans off (the timer fire) it compared every item with every partition of the tenant.
-    -- A 1,000-row fire into 2 partitions took 53 ms beside 16 partitions of the tenant and 162 ms beside
-    -- 96 (PostgreSQL 15; tests/test_log_push_paths.py counts the rows read: 10,009 before, under 260).
+    -- and bitmap scans off (the timer fire) it compared every item with every partition of the tenant,
+    -- a cost growing with the tenant's partitions (tests/test_log_push_paths.py counts the rows read).
     IF NOT EXISTS (SELECT 1 FROM queen_tenants t WHERE t.tenant = p_tenant) THEN
         INSERT INTO queen_tenants (tenant) VALUES (p_tenant) ON CONFLICT DO NOTHING;
     END IF;
@@ -254,7 +249,6 @@ BEGIN
 
     -- As the fast path: first as if every item were new, numbered per partition by position; a
     -- duplicate (stored or within the batch) undoes the attempt and the statement after it finds them.
-    -- (Measured, a 1,000-row timer fire into 16 partitions: 20.5 -> 17.2 ms.)
     IF current_setting('queen.push_careful', true) IS DISTINCT FROM 'on' THEN
         BEGIN
             WITH items AS (
@@ -566,8 +560,7 @@ CREATE OR REPLACE FUNCTION queen_pop(
 LANGUAGE plpgsql
 -- Planned once per connection, as queen_push and queen_ack are: left to choose, PostgreSQL planned its
 -- statements afresh at every one of a connection's first calls (custom plans, each inlining
--- queen_pop_window), 12.4 -> 8.7 ms for the first pop of 1,000 over 16 partitions, 3.1 -> 2.6 ms for
--- the next ones (bench/bench_pop_sql.py measures it against a bare read).
+-- queen_pop_window); bench/bench_pop_sql.py measures a pop against a bare read (docs/performance.md).
 SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
@@ -716,10 +709,8 @@ BEGIN
             -- For a leased pop of a window under v_set_min messages (the batch left, or at most what the
             -- partition held when claimed) the loop alone is cheaper: two statements fewer. Not so with
             -- autoAck: a set handed out past a group with no per-message state moves the cursor by itself,
-            -- where the loop's pop ends in queen_cursor_advance (its six statements); measured on one
-            -- partition holding 1 / 4 / 16 / 31 messages, a long-polling consumer's pop (batch 1,000,
-            -- autoAck, alternated sample by sample): 1.78 -> 1.65, 1.40 -> 1.26, 1.93 -> 1.80,
-            -- 1.60 -> 1.32 ms (PG16), 0.95 -> 0.81 ms for 4 (PG15).
+            -- where the loop's pop ends in queen_cursor_advance (its six statements): faster for every
+            -- window size (docs/performance.md, "pop").
             IF p_auto_ack OR least(v_left, c.next_seq - 1 - v_from) >= v_set_min THEN
                 -- (and whether the group keeps per-message state past v_from: the probe per message then)
                 SELECT e.has, count(w.seq), max(w.seq), coalesce(bool_or(w.special), false)
@@ -883,8 +874,8 @@ CREATE OR REPLACE FUNCTION queen_ack(p_tenant text, p_pids uuid[], p_txns text[]
 RETURNS TABLE (idx integer, success boolean, error text, dead_lettered boolean)
 LANGUAGE plpgsql
 -- Planned once per connection (and again after an ANALYZE of its tables): left to choose, PostgreSQL
--- re-planned the item and lock queries at every call, 0.55 ms of a 1.4 ms one-item ack. Measured in
--- one database, variants alternated: a one-item ack 1.76 -> 0.73 ms, batch 100 2.8 -> 2.5 ms.
+-- re-planned the item and lock queries at every call, over a third of a one-item ack
+-- (docs/performance.md, "ack").
 SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column

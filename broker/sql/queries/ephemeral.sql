@@ -2,22 +2,24 @@
 -- broker/sql/functions/ephemeral.sql, one round trip.
 
 -- name: eph_configure
--- $1 tenant, $2 queue, $3 maxBytes, $4 maxLength, $5 policy, $6 ttlSeconds, $7 leaseSeconds,
--- $8 retryLimit, $9 windowBuffer ms, $10 windowBuffer count (NULL: the default).
-SELECT queen_eph_configure($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+-- The parameters of eph_configure, eph_pop and eph_ack are built by broker.ephemeral.calls, in $n order.
+-- A NULL option keeps the stored (or default) one.
+SELECT queen_eph_configure(p_tenant => $1, p_queue => $2, p_max_bytes => $3, p_max_length => $4, p_policy => $5,
+                           p_ttl_s => $6, p_lease_s => $7, p_retry_limit => $8, p_window_ms => $9,
+                           p_window_count => $10)
 
 -- name: eph_push
 -- $1 tenant, $2 queue, $3 partition, $4 payloads (JSON texts), $5 metering period seconds.
 SELECT pushed, dropped FROM queen_eph_push($1, $2, $3, $4::text[]::jsonb[], $5)
 
 -- name: eph_pop
--- $1 tenant, $2 queue, $3 partition (NULL: any), $4 group, $5 batch, $6 autoAck.
 SELECT seq, partition, payload, attempts, last_error, tag, window_ms, window_count, due_ms
-FROM queen_eph_pop($1, $2, $3, $4, $5, $6)
+FROM queen_eph_pop(p_tenant => $1, p_queue => $2, p_partition => $3, p_grp => $4, p_batch => $5, p_auto_ack => $6)
 
 -- name: eph_ack
--- $1 tenant, $2 queue, $3 group, then per item: $4 tags, $5 seqs, $6 attempts, $7 statuses, $8 errors.
-SELECT idx, outcome FROM queen_eph_ack($1, $2, $3, $4::text[], $5::bigint[], $6::integer[], $7::text[], $8::text[])
+SELECT idx, outcome
+FROM queen_eph_ack(p_tenant => $1, p_queue => $2, p_grp => $3, p_tags => $4::text[], p_seqs => $5::bigint[],
+                   p_attempts => $6::integer[], p_statuses => $7::text[], p_errors => $8::text[])
 
 -- name: eph_reset
 SELECT queen_eph_reset($1, $2)

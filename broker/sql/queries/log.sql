@@ -4,21 +4,30 @@
 SELECT name, encryption_enabled FROM queen_queues WHERE tenant = $1 AND name = ANY ($2::text[]);
 
 -- name: log_push
+-- The parameters of these four calls are built by broker.log.calls (Push, Pop, Ack), in $n order.
 SELECT idx, status, message_id, partition_id, seq
-FROM queen_push_checked($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12);
+FROM queen_push_checked(p_tenant => $1, p_plain => $2, p_queues => $3, p_partitions => $4, p_ids => $5,
+                        p_txns => $6, p_traces => $7, p_payloads => $8, p_codecs => $9, p_key_ids => $10,
+                        p_subs => $11, p_deadline_ms => $12);
 
 -- name: log_push_edge
--- $1 tenant, $2 metering period seconds, $3 plain queues, then queen_push's arrays; one statement.
+-- log_push and, in the same statement, the metering of the queued messages ($13: the period in seconds).
 SELECT idx, status, message_id, partition_id, seq
-FROM queen_push_edge($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13);
+FROM queen_push_edge(p_tenant => $1, p_plain => $2, p_queues => $3, p_partitions => $4, p_ids => $5,
+                     p_txns => $6, p_traces => $7, p_payloads => $8, p_codecs => $9, p_key_ids => $10,
+                     p_subs => $11, p_deadline_ms => $12, p_period_s => $13);
 
 -- name: log_pop
 SELECT kind, partition_id, partition, seq, id, txn, trace_id, payload, codec, key_id, producer_sub,
        created_at, attempt, lease_id, lease_until, deadline_at
-FROM queen_pop($1, $2, $3, $4, $5, $6, $7, $8, $9, $10);
+FROM queen_pop(p_tenant => $1, p_queue => $2, p_partition => $3, p_group => $4, p_batch => $5,
+               p_max_partitions => $6, p_auto_ack => $7, p_sub_mode => $8, p_sub_from => $9,
+               p_conflation => $10);
 
 -- name: log_ack
-SELECT idx, success, error, dead_lettered FROM queen_ack($1, $2, $3, $4, $5, $6, $7);
+SELECT idx, success, error, dead_lettered
+FROM queen_ack(p_tenant => $1, p_pids => $2, p_txns => $3, p_statuses => $4, p_leases => $5, p_groups => $6,
+               p_errors => $7);
 
 -- name: log_lease_extend
 -- Only a live lease is renewed: one whose lease_until has passed is lost (another consumer may already

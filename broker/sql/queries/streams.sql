@@ -1,17 +1,21 @@
 -- Streams (/streams/v1/*): one statement per route; the functions are in broker/sql/functions/streams.sql.
 
 -- name: streams_register
--- $1 tenant, $2 name, $3 source queue, $4 sink queue or NULL, $5 config hash, $6 reset
-SELECT outcome, query_id, fresh, did_reset FROM queen_streams_register($1, $2, $3, $4, $5, $6);
+-- The parameters of these three calls are built by broker.streams.calls, in $n order.
+SELECT outcome, query_id, fresh, did_reset
+FROM queen_streams_register(p_tenant => $1, p_name => $2, p_source => $3, p_sink => $4, p_hash => $5,
+                            p_reset => $6);
 
 -- name: streams_state_get
--- $1 tenant, $2 query id, $3 partition id, $4 keys (empty = all), $5 key prefix or NULL, $6 ripe ms or NULL
-SELECT key, value, updated_at FROM queen_streams_state_get($1, $2, $3, $4, $5, $6);
+SELECT key, value, updated_at
+FROM queen_streams_state_get(p_tenant => $1, p_query => $2, p_pid => $3, p_keys => $4, p_prefix => $5,
+                             p_ripe => $6);
 
 -- name: streams_cycle
--- $1 tenant, $2 query id, $3 partition id, $4 group, $5 state keys, $6 state values (JSON text, NULL =
--- delete), $7 ack txn or NULL, $8 ack lease, $9 ack count, $10 release lease, $11 metering period s,
--- $12 plain queues, then queen_push's arrays ($13..$22).
+-- $1-$9 the cycle's own, then the sink pushes as log_push_edge takes them ($10-$22).
 SELECT kind, idx, status, message_id, partition_id, seq, detail
-FROM queen_streams_cycle($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
-                         $19, $20, $21, $22);
+FROM queen_streams_cycle(p_query => $1, p_pid => $2, p_group => $3, p_op_keys => $4, p_op_values => $5,
+                         p_ack_txn => $6, p_ack_lease => $7, p_ack_count => $8, p_release => $9,
+                         p_tenant => $10, p_plain => $11, p_queues => $12, p_partitions => $13, p_ids => $14,
+                         p_txns => $15, p_traces => $16, p_payloads => $17, p_codecs => $18, p_key_ids => $19,
+                         p_subs => $20, p_deadline_ms => $21, p_period_s => $22);

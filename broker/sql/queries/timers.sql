@@ -4,19 +4,23 @@
 
 -- name: timers_apply
 SELECT idx, status, txn, message_id, deliver_at
-FROM queen_timers_apply($1::text, $2::text, $3::boolean, $4::bigint, $5::text[], $6::text[], $7::text[],
-                        $8::text[], $9::text[], $10::uuid[], $11::bytea[], $12::boolean[], $13::text[],
-                        $14::bigint[], $15::boolean[]);
+FROM queen_timers_apply(p_tenant => $1::text, p_sub => $2::text, p_check_switch => $3::boolean,
+                        p_near_ms => $4::bigint, p_ops => $5::text[], p_queues => $6::text[], p_keys => $7::text[],
+                        p_partitions => $8::text[], p_txns => $9::text[], p_ids => $10::uuid[],
+                        p_payloads => $11::bytea[], p_zstd => $12::boolean[], p_key_ids => $13::text[],
+                        p_delays => $14::bigint[], p_ready => $15::boolean[]);
 
 -- name: timers_schedule
 -- POST /api/v1/timers and the timers rider: queen_timers_apply and the meter of the promises it made
--- (scheduled and rescheduled) in ONE statement (in autocommit, or in the bundle's transaction). $15 = the
--- per-op payload_ready flags (as timers_apply), $16 = the metering period in seconds.
+-- (scheduled and rescheduled) in ONE statement (in autocommit, or in the bundle's transaction); $1-$15 as
+-- timers_apply, $16 the metering period in seconds (broker.timers.calls.TimersApply).
 WITH r AS MATERIALIZED (
     SELECT idx, status, txn, message_id, deliver_at
-    FROM queen_timers_apply($1::text, $2::text, $3::boolean, $4::bigint, $5::text[], $6::text[], $7::text[],
-                            $8::text[], $9::text[], $10::uuid[], $11::bytea[], $12::boolean[], $13::text[],
-                            $14::bigint[], $15::boolean[])
+    FROM queen_timers_apply(p_tenant => $1::text, p_sub => $2::text, p_check_switch => $3::boolean,
+                            p_near_ms => $4::bigint, p_ops => $5::text[], p_queues => $6::text[],
+                            p_keys => $7::text[], p_partitions => $8::text[], p_txns => $9::text[],
+                            p_ids => $10::uuid[], p_payloads => $11::bytea[], p_zstd => $12::boolean[],
+                            p_key_ids => $13::text[], p_delays => $14::bigint[], p_ready => $15::boolean[])
 ),
 m AS MATERIALIZED (
     SELECT queen_meter($1::text, $16::integer,
@@ -52,7 +56,7 @@ LIMIT $4;
 -- in one transaction, so a database crash that loses it loses both halves and the timers fire again
 -- (same message ids and txns); and any client that has seen the messages through a write of its own
 -- (a pop's lease or autoAck cursor, an ack) committed after the fire, so its flush covered the fire.
--- The commit's fsync was the largest part of a small cycle (measured: 9 of 22 ms at 1,000 due/s).
+-- The commit's WAL flush would otherwise be the largest part of a small cycle.
 -- $2: how many sweepers share this database's timers (this broker's workers), for queen_timers_take's
 -- split of a due set that fits one cycle.
 SELECT set_config('idle_in_transaction_session_timeout', $1::bigint::text, false),
@@ -63,38 +67,38 @@ SELECT set_config('idle_in_transaction_session_timeout', $1::bigint::text, false
 -- Inside the sweeper's fire transaction (queen_timers_take: partition-exclusive, writes nothing).
 SELECT tenant, queue, timer_key, partition, message_id, tid, payload, payload_zstd, key_id, deliver_at,
        fault, stall_ms, next_due_ms, paused
-FROM queen_timers_take($1::integer, $2::text, $3::boolean, $4::integer);
+FROM queen_timers_take(p_batch => $1::integer, p_cursor => $2::text, p_faults => $3::boolean,
+                       p_slice_cap => $4::integer);
 
 -- name: timers_sweep
 -- One cycle's take and, when every row taken is ready, its fire (queen_timers_sweep): rows 'fired' /
--- 'duplicate', or 'taken' (to pack and fire; $8: inside the sweeper's fire transaction) or 'unready'
--- (to take again in one; $8 false: the statement is the cycle's transaction), then one 'summary'.
+-- 'duplicate', or 'taken' (to pack and fire; p_in_tx: inside the sweeper's fire transaction) or 'unready'
+-- (to take again in one; p_in_tx false: the statement is the cycle's transaction), then one 'summary'.
 SELECT kind, tenant, queue, timer_key, partition, message_id, tid, payload, payload_zstd, key_id, deliver_at,
        fault, stall_ms, next_due_ms, paused, taken, lag_s
-FROM queen_timers_sweep($1::integer, $2::text, $3::boolean, $4::integer, $5::integer, $6::bigint, $7::bigint,
-                        $8::boolean);
-
--- name: timers_fire_taken
--- Rows taken in this (open) transaction; an error comes back as a row of kind 'error'.
-SELECT kind, tenant, queue, timer_key, lag_s
-FROM queen_timers_fire(NULL, $1::text[], $2::text[], $3::text[], $4::uuid[], $5::tid[], $6::bytea[],
-                       $7::smallint[], $8::text[], $9::text[], $10::text[], $11::uuid[], $12::text[],
-                       $13::integer[], $14::boolean[], $15::integer, $16::bigint, $17::bigint);
+FROM queen_timers_sweep(p_batch => $1::integer, p_cursor => $2::text, p_faults => $3::boolean,
+                        p_slice_cap => $4::integer, p_max_attempts => $5::integer, p_backoff_base_ms => $6::bigint,
+                        p_backoff_cap_ms => $7::bigint, p_in_tx => $8::boolean);
 
 -- name: timers_lease
 -- Rows taken in this transaction that must be held past it (an injected stall): stamp a lease.
 SELECT tenant, queue, timer_key, claimed_until
-FROM queen_timers_lease($1::uuid, $2::bigint, $3::text, $4::text[], $5::text[], $6::text[], $7::uuid[]);
+FROM queen_timers_lease(p_token => $1::uuid, p_lease_ms => $2::bigint, p_claimed_by => $3::text,
+                        p_tenants => $4::text[], p_queues => $5::text[], p_keys => $6::text[], p_ids => $7::uuid[]);
 
 -- name: timers_fire
--- Leased rows (those still holding the token $1), in autocommit.
+-- Fire and fail the rows of a cycle: taken in this (open) transaction (p_token NULL; an error comes back
+-- as a row of kind 'error'), or leased under p_token (in autocommit; an error is raised).
 SELECT kind, tenant, queue, timer_key, lag_s
-FROM queen_timers_fire($1::uuid, $2::text[], $3::text[], $4::text[], NULL, NULL, $5::bytea[], $6::smallint[],
-                       $7::text[], $8::text[], $9::text[], NULL, $10::text[], $11::integer[], $12::boolean[],
-                       $13::integer, $14::bigint, $15::bigint);
+FROM queen_timers_fire(p_token => $1::uuid, g_tenants => $2::text[], g_queues => $3::text[], g_keys => $4::text[],
+                       g_ids => $5::uuid[], g_tids => $6::tid[], g_payloads => $7::bytea[], g_codecs => $8::smallint[],
+                       f_tenants => $9::text[], f_queues => $10::text[], f_keys => $11::text[], f_ids => $12::uuid[],
+                       f_errors => $13::text[], f_costs => $14::integer[], f_wrap => $15::boolean[],
+                       p_max_attempts => $16::integer, p_backoff_base_ms => $17::bigint,
+                       p_backoff_cap_ms => $18::bigint);
 
--- name: timers_release_claims
--- Drain: hand back claims this sweeper still holds; the rows are due again at once.
+-- name: timers_release_leases
+-- Drain: hand back the leases this sweeper still holds; the rows are due again at once.
 UPDATE queen_timers
    SET claim_token = NULL, claimed_until = NULL, claimed_by = NULL, due_at = deliver_at
 WHERE claim_token = ANY($1::uuid[]);
@@ -127,7 +131,7 @@ ON CONFLICT (tenant, queue) DO UPDATE
 RETURNING tenant, queue, failure_class, remaining, stall_ms;
 
 -- name: timers_hold
--- Test hook: claim one timer now for $4 ms without firing it (a token nobody holds in memory).
+-- Test hook: lease one timer now for $4 ms without firing it (a token nobody holds in memory).
 UPDATE queen_timers
    SET claim_token = gen_random_uuid(), claimed_until = now() + $4::bigint * interval '1 millisecond',
        due_at = greatest(deliver_at, now() + $4::bigint * interval '1 millisecond'),
@@ -135,8 +139,8 @@ UPDATE queen_timers
 WHERE tenant = $1 AND queue = $2 AND timer_key = $3
 RETURNING claimed_until;
 
--- name: timers_release_hook_claims
--- Test hook: release every live claim of the tenant (optionally one queue / one key).
+-- name: timers_release_hook_leases
+-- Test hook: release every live lease of the tenant (optionally one queue / one key).
 UPDATE queen_timers
    SET claim_token = NULL, claimed_until = NULL, claimed_by = NULL, due_at = deliver_at
 WHERE tenant = $1 AND claim_token IS NOT NULL
