@@ -894,7 +894,7 @@ async def bench_profile(dsn: str, n: int = 20_000) -> None:
     while True:
         res = await sw.run_once()
         cycles += 1
-        if not res.claimed:
+        if not res.taken:
             break
     total = time.perf_counter() - t0
     await sw.stop()  # its backend ends and flushes its function counts

@@ -1,4 +1,4 @@
-"""Timer op validation: ``broker.timers.ops.parse_ops`` on a full 256-op schedule batch.
+"""Timer op validation: ``broker.timers.parse.parse_ops`` on a full 256-op schedule batch.
 
 Baseline: the floor any handler pays for the same batch, reading each op's fields and base64-decoding
 its payload with no checks at all. The ratio is the price of the checks (server-owned fields, unknown
@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import uuid
 
-from broker.timers.ops import parse_ops
+from broker.timers.parse import parse_ops
 
 PAYLOAD = base64.b64encode(b'{"kind":"day7","tenant":"acme","plan":"pro"}').decode()
 OPS = [{"op": "schedule", "queue": "reminders", "timerKey": f"trial:acme:day{i}", "delayMs": 60_000 + i,

@@ -61,7 +61,7 @@ class BenchPg:
                 await conn.execute(f'CREATE DATABASE "{name}"')
             finally:
                 await conn.close()
-            await migrate.apply_url(self.dsn_for(name))
+            await migrate.run(self.dsn_for(name))
 
         run_sync(go())
         return self.dsn_for(name)

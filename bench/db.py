@@ -28,7 +28,7 @@ async def new_db(server_dsn: str, prefix: str) -> str:
 async def new_migrated_db(server_dsn: str, prefix: str) -> str:
     """``new_db`` with our schema migrated in."""
     dsn = await new_db(server_dsn, prefix)
-    await migrate.apply_url(dsn)
+    await migrate.run(dsn)
     return dsn
 
 

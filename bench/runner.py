@@ -2,10 +2,12 @@
 
     queen bench [--json PATH] [-k EXPR] [extra pytest args...]
     queen bench -- -k crypto        (through the ``queen`` CLI, options go after ``--``)
+    queen bench shapes [--quick] [--cpp-bin PATH] ...   (the reference broker's axes, bench/bench_shapes.py)
 
 Runs ``pytest bench --benchmark-json=PATH`` (default ``.benchmarks/bench-<time>.json``) in a child
 process with this interpreter; the terminal report ends with each bench's ratio against the baseline
-measured in the same run (see bench/conftest.py).
+measured in the same run (see bench/conftest.py). ``queen bench shapes`` runs instead the side-by-side
+bench of bench/bench_shapes.py (its own options; ``queen bench shapes --help``) in this process.
 """
 
 from __future__ import annotations
@@ -28,12 +30,17 @@ def build_command(json_path: Path, k: str | None, extra: list[str]) -> list[str]
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="queen bench", description="run the pytest-benchmark benches")
+    ap = argparse.ArgumentParser(prog="queen bench", description="run the pytest-benchmark benches "
+                                 "(or `queen bench shapes ...`: bench/bench_shapes.py, see its --help)")
     ap.add_argument("--json", help="where to write the pytest-benchmark JSON")
     ap.add_argument("-k", help="only benches matching this pytest -k expression")
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--"]:  # `queen bench -- -k x`: the CLI hands over everything after its own `--`
         argv = argv[1:]
+    if argv[:1] == ["shapes"]:  # not a pytest bench: a broker-against-broker run with its own options
+        from bench import bench_shapes
+
+        return bench_shapes.main(argv[1:])
     args, extra = ap.parse_known_args(argv)
     json_path = Path(args.json or f".benchmarks/bench-{time.strftime('%Y%m%d-%H%M%S')}.json").resolve()
     json_path.parent.mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,8 @@ One ``Broker`` context per worker process (``app[BROKER]``, ``broker.context``) 
 pool, the LISTEN notifier, the key ring, the codec, the token verifier, the supervised loops and the
 services (built and started by ``broker.services``). Boot runs in the
 background: until migrations are applied and the pool answers, every ``/api`` route answers 503
-``booting`` and ``/health`` says why. A database that goes away later turns ``/health`` 503 and API
+``booting`` and ``/health`` says why; a DSN that reaches only a standby waits there for a writable
+primary (migrations are never attempted on a standby). A database that goes away later turns ``/health`` 503 and API
 calls into 503 ``database_unavailable``; when it returns, the same pool reconnects.
 
 Middlewares, outermost first: metrics (per route and rendered status), errors (one envelope for
@@ -20,18 +21,21 @@ import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+import asyncpg
 from aiohttp import web
 from aiohttp.web_urldispatcher import UrlDispatcher, UrlMappingMatchInfo
 
-from broker import errors, limits, services
+from broker import errors, limits, metrics, services
 from broker.config import Settings
 from broker.context import BROKER, PRINCIPAL_KEY, Broker
 from broker.http import ROUTE_MODULES
+from broker.http.health import WAITING_FOR_PRIMARY
+from broker.log.parse import ACK_STATUSES
 from broker.metrics import HTTP_LATENCY, HTTP_REQUESTS
 from broker.store import migrate
-from broker.store.failures import DB_FAILURE, database_error
+from broker.store.failures import DB_FAILURE, database_error, is_standby_answer
 from broker.store.listen import Notifier
-from broker.store.pool import create_pool
+from broker.store.pool import create_pool, dsn_hosts
 
 log = logging.getLogger("queen.app")
 
@@ -82,9 +86,12 @@ async def error_middleware(request: web.Request, handler: Callable[[web.Request]
         err = _http_exception_to_api(exc)
     except asyncio.CancelledError:
         raise
-    except DB_FAILURE as exc:  # down, shutting down, broken mid-call, timed out, or asked to retry
+    except DB_FAILURE as exc:  # down, shutting down, broken mid-call, timed out, a standby, or asked to retry
         err = database_error(exc)
-    except Exception:
+    except Exception as exc:
+        if is_standby_answer(exc):  # a refusal of recovery outside DB_FAILURE's classes (0A000 "... during recovery")
+            err = database_error(exc)
+            return web.Response(body=err.body(), status=err.status, headers=err.headers, content_type="application/json")
         log.exception("unhandled error on %s %s", request.method, request.path)
         return web.Response(body=errors.internal_envelope(), status=500, content_type="application/json")
     return web.Response(body=err.body(), status=err.status, headers=err.headers, content_type="application/json")
@@ -127,7 +134,7 @@ async def _boot(b: Broker) -> None:
     while True:
         attempt += 1
         try:
-            applied = await migrate.apply_url(b.dsn)
+            applied = (await migrate.run(b.dsn)).applied
             if applied:
                 log.info("worker %d applied migrations %s", b.worker_index, applied)
             b.pool = await create_pool(b.settings, b.dsn)
@@ -135,9 +142,14 @@ async def _boot(b: Broker) -> None:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            b.boot_reason = f"database not ready ({type(exc).__name__}: {exc})"
-            if attempt == 1 or attempt % 10 == 0:
-                log.warning("boot attempt %d failed: %s; retrying", attempt, b.boot_reason)
+            if isinstance(exc, asyncpg.TargetServerAttributeNotMatched) or is_standby_answer(exc):
+                # A standby (or a demoted primary) answered: wait for a writable one, never migrate there.
+                reason = f"{WAITING_FOR_PRIMARY}: no server among {dsn_hosts(b.dsn)} accepts writes"
+            else:
+                reason = f"database not ready ({type(exc).__name__}: {exc})"
+            if reason.split(" (")[0] != b.boot_reason.split(" (")[0] or attempt % 50 == 0:
+                log.warning("boot attempt %d: %s; retrying", attempt, reason)
+            b.boot_reason = reason
             await asyncio.sleep(min(2.0, 0.2 * attempt))
     b.notifier = Notifier(b.dsn)
     await services.start(b)
@@ -204,4 +216,27 @@ def create_app(settings: Settings, dsn: str, *, worker_index: int = 0) -> web.Ap
     app.on_shutdown.append(_on_shutdown)
     for module in ROUTE_MODULES:
         module.setup(app)
+    preset_metrics()
     return app
+
+
+# The HTTP series created at 0: the two routes every deployment calls from boot on (probes, scrapes),
+# at the statuses any route can answer whatever it does (an unexpected failure, the database
+# unavailable). Per route for every route they would be ~2,000 series that made a fresh broker's scrape
+# 209 kB and 185 ms instead of 10 kB and 25 ms; the other routes' series appear with their first call.
+INFRA_ROUTES = (("/health", "GET"), ("/metrics", "GET"))
+ANY_ROUTE_FAILURES = ("500", "503")
+
+
+def preset_metrics() -> None:
+    """Every labelled series the Grafana dashboard (ops/grafana/queen.json) reads, at 0 from boot, with
+    the closed set of label values the code draws from (loop names are created as the loops start)."""
+    metrics.preset(metrics.MESSAGES_PUSHED, metrics.PUSH_SOURCES)
+    metrics.preset(metrics.MESSAGES_ACKED, ACK_STATUSES)
+    metrics.preset(metrics.MESSAGES_DELETED, metrics.DELETE_RESULTS)
+    metrics.preset(metrics.TIMERS_FIRE_FAILED, metrics.FIRE_FAILURE_CLASSES)
+    metrics.preset(metrics.LIMIT_REFUSALS, limits.REFUSAL_CODES)
+    for route, method in INFRA_ROUTES:
+        HTTP_LATENCY.labels(route, method)
+        for status in ANY_ROUTE_FAILURES:
+            HTTP_REQUESTS.labels(route, method, status)

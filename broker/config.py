@@ -108,7 +108,6 @@ class Settings:
     # --- auth: off unless a secret or a public key is given
     jwt_secret: str | None = None
     jwt_public_key_file: str | None = None
-    jwt_algorithms: tuple[str, ...] = ("HS256", "EdDSA", "RS256")
     default_tenant: str = "default"
     default_sub: str = "anonymous"
     # --- encryption at rest (key ring, first encrypts)
@@ -160,66 +159,66 @@ class Settings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
-        cpu = os.cpu_count() or 1
-        pool_max = _int(env, "QUEEN_POOL_MAX", 10, 1, 1000)
+        cpu = os.cpu_count() or 1  # the default of ``workers`` (its field's default_factory)
+        pool_max = _int(env, "QUEEN_POOL_MAX", DEFAULTS.pool_max, 1, 1000)
         s = cls(
-            host=_str(env, "QUEEN_HOST", "127.0.0.1") or "127.0.0.1",
-            port=_int(env, "QUEEN_PORT", 6632, 0, 65535),
+            host=_str(env, "QUEEN_HOST", DEFAULTS.host) or DEFAULTS.host,
+            port=_int(env, "QUEEN_PORT", DEFAULTS.port, 0, 65535),
             workers=_int(env, "QUEEN_WORKERS", cpu, 1, 256),
-            drain_timeout_s=_int(env, "QUEEN_DRAIN_TIMEOUT_S", 10, 0, 3600),
-            database_url=_str(env, "QUEEN_DATABASE_URL", None),
-            data_dir=Path(_str(env, "QUEEN_DATA_DIR", ".queen") or ".queen"),
+            drain_timeout_s=_int(env, "QUEEN_DRAIN_TIMEOUT_S", DEFAULTS.drain_timeout_s, 0, 3600),
+            database_url=_str(env, "QUEEN_DATABASE_URL", DEFAULTS.database_url),
+            data_dir=Path(_str(env, "QUEEN_DATA_DIR", str(DEFAULTS.data_dir)) or DEFAULTS.data_dir),
             # Unset, the pool is opened whole at boot: a connection opened under load costs that
-            # request its connect and asyncpg's type introspection (tens of ms), see broker/store/pool.py.
+            # request its connect and asyncpg's type introspection, see broker/store/pool.py.
             pool_min=_int(env, "QUEEN_POOL_MIN", pool_max, 1, 1000),
             pool_max=pool_max,
-            max_body_bytes=_int(env, "QUEEN_MAX_BODY_BYTES", 8 * 1024 * 1024, 1024),
-            header_timeout_s=_int(env, "QUEEN_HEADER_TIMEOUT_S", 10, 0, 3600),
-            body_timeout_s=_int(env, "QUEEN_BODY_TIMEOUT_S", 60, 0, 3600),
-            keepalive_timeout_s=_int(env, "QUEEN_KEEPALIVE_TIMEOUT_S", 75, 1, 86_400),
-            max_connections=_int(env, "QUEEN_MAX_CONNECTIONS", 4096, 0, 1_000_000),
-            tls_cert_file=_str(env, "QUEEN_TLS_CERT_FILE", None),
-            tls_key_file=_str(env, "QUEEN_TLS_KEY_FILE", None),
-            jwt_secret=_str(env, "QUEEN_JWT_SECRET", None),
-            jwt_public_key_file=_str(env, "QUEEN_JWT_PUBLIC_KEY_FILE", None),
-            default_tenant=_str(env, "QUEEN_DEFAULT_TENANT", "default") or "default",
-            default_sub=_str(env, "QUEEN_DEFAULT_SUB", "anonymous") or "anonymous",
+            max_body_bytes=_int(env, "QUEEN_MAX_BODY_BYTES", DEFAULTS.max_body_bytes, 1024),
+            header_timeout_s=_int(env, "QUEEN_HEADER_TIMEOUT_S", DEFAULTS.header_timeout_s, 0, 3600),
+            body_timeout_s=_int(env, "QUEEN_BODY_TIMEOUT_S", DEFAULTS.body_timeout_s, 0, 3600),
+            keepalive_timeout_s=_int(env, "QUEEN_KEEPALIVE_TIMEOUT_S", DEFAULTS.keepalive_timeout_s, 1, 86_400),
+            max_connections=_int(env, "QUEEN_MAX_CONNECTIONS", DEFAULTS.max_connections, 0, 1_000_000),
+            tls_cert_file=_str(env, "QUEEN_TLS_CERT_FILE", DEFAULTS.tls_cert_file),
+            tls_key_file=_str(env, "QUEEN_TLS_KEY_FILE", DEFAULTS.tls_key_file),
+            jwt_secret=_str(env, "QUEEN_JWT_SECRET", DEFAULTS.jwt_secret),
+            jwt_public_key_file=_str(env, "QUEEN_JWT_PUBLIC_KEY_FILE", DEFAULTS.jwt_public_key_file),
+            default_tenant=_str(env, "QUEEN_DEFAULT_TENANT", DEFAULTS.default_tenant) or DEFAULTS.default_tenant,
+            default_sub=_str(env, "QUEEN_DEFAULT_SUB", DEFAULTS.default_sub) or DEFAULTS.default_sub,
             encryption_keys=_key_ring(_str(env, "QUEEN_ENCRYPTION_KEYS", None)),
-            zstd_threshold_bytes=_int(env, "QUEEN_ZSTD_THRESHOLD_BYTES", 1024, 0),
-            zstd_level=_int(env, "QUEEN_ZSTD_LEVEL", 3, 1, 22),
-            timers_horizon_ms=_int(env, "QUEEN_TIMERS_HORIZON_MS", 90 * DAY_MS, 1),
-            timers_max_ops=_int(env, "QUEEN_TIMERS_MAX_OPS", 256, 1, 10_000),
-            sweeper_enabled=_bool(env, "QUEEN_SWEEPER_ENABLED", True),
-            sweeper_lease_ms=_int(env, "QUEEN_SWEEPER_LEASE_MS", 30_000, 100),
-            sweeper_min_sleep_ms=_int(env, "QUEEN_SWEEPER_MIN_SLEEP_MS", 1, 0),
-            sweeper_max_sleep_ms=_int(env, "QUEEN_SWEEPER_MAX_SLEEP_MS", 1_000, 1),
-            sweeper_batch=_int(env, "QUEEN_SWEEPER_BATCH", 1_000, 1, 100_000),
-            sweeper_tenant_slice=_int(env, "QUEEN_SWEEPER_TENANT_SLICE", 250, 1, 100_000),
-            sweeper_max_attempts=_int(env, "QUEEN_SWEEPER_MAX_ATTEMPTS", 5, 1, 1000),
-            sweeper_backoff_base_ms=_int(env, "QUEEN_SWEEPER_BACKOFF_BASE_MS", 500, 1),
-            sweeper_backoff_cap_ms=_int(env, "QUEEN_SWEEPER_BACKOFF_CAP_MS", 300_000, 1),
-            timers_vacuum_dead_rows=_int(env, "QUEEN_TIMERS_VACUUM_DEAD_ROWS", 5_000, 0, 100_000_000),
-            timers_vacuum_interval_ms=_int(env, "QUEEN_TIMERS_VACUUM_INTERVAL_MS", 2_000, 100),
-            timers_vacuum_cost_delay_ms=_int(env, "QUEEN_TIMERS_VACUUM_COST_DELAY_MS", 2, 0, 100),
-            max_payload_bytes=_int(env, "QUEEN_MAX_PAYLOAD_BYTES", 1024 * 1024, 1),
-            timers_row_quota=_int(env, "QUEEN_TIMERS_ROW_QUOTA", 1_000_000, 0),
-            rate_limit_per_s=_int(env, "QUEEN_RATE_LIMIT_PER_S", 0, 0),
-            period_quota_messages=_int(env, "QUEEN_PERIOD_QUOTA_MESSAGES", 0, 0),
-            period_seconds=_int(env, "QUEEN_PERIOD_SECONDS", 30 * 86_400, 1),
-            storage_quota_bytes=_int(env, "QUEEN_STORAGE_QUOTA_BYTES", 0, 0),
-            limits_refresh_ms=_int(env, "QUEEN_LIMITS_REFRESH_MS", 1_000, 10),
-            kv_max_ops=_int(env, "QUEEN_KV_MAX_OPS_PER_CALL", 256, 1, 10_000),
-            kv_prune_interval_ms=_int(env, "QUEEN_KV_PRUNE_INTERVAL_MS", 5_000, 10),
-            kv_prune_batch=_int(env, "QUEEN_KV_PRUNE_BATCH", 1_000, 1),
-            ephemeral_expiry_interval_ms=_int(env, "QUEEN_EPHEMERAL_EXPIRY_INTERVAL_MS", 5_000, 10),
-            ephemeral_idle_s=_int(env, "QUEEN_EPHEMERAL_IDLE_S", 3_600, 1),
-            pop_default_batch=_int(env, "QUEEN_POP_DEFAULT_BATCH", 200, 1, 10_000),
-            lease_extend_s=_int(env, "QUEEN_LEASE_EXTEND_S", 60, 1),
-            log_retention_interval_ms=_int(env, "QUEEN_LOG_RETENTION_INTERVAL_MS", 5_000, 10),
-            log_retention_batch=_int(env, "QUEEN_LOG_RETENTION_BATCH", 5_000, 1, 1_000_000),
-            test_hooks=_bool(env, "QUEEN_TEST_HOOKS", False),
-            console=_bool(env, "QUEEN_CONSOLE", True),
-            log_level=(_str(env, "QUEEN_LOG_LEVEL", "INFO") or "INFO").upper(),
+            zstd_threshold_bytes=_int(env, "QUEEN_ZSTD_THRESHOLD_BYTES", DEFAULTS.zstd_threshold_bytes, 0),
+            zstd_level=_int(env, "QUEEN_ZSTD_LEVEL", DEFAULTS.zstd_level, 1, 22),
+            timers_horizon_ms=_int(env, "QUEEN_TIMERS_HORIZON_MS", DEFAULTS.timers_horizon_ms, 1),
+            timers_max_ops=_int(env, "QUEEN_TIMERS_MAX_OPS", DEFAULTS.timers_max_ops, 1, 10_000),
+            sweeper_enabled=_bool(env, "QUEEN_SWEEPER_ENABLED", DEFAULTS.sweeper_enabled),
+            sweeper_lease_ms=_int(env, "QUEEN_SWEEPER_LEASE_MS", DEFAULTS.sweeper_lease_ms, 100),
+            sweeper_min_sleep_ms=_int(env, "QUEEN_SWEEPER_MIN_SLEEP_MS", DEFAULTS.sweeper_min_sleep_ms, 0),
+            sweeper_max_sleep_ms=_int(env, "QUEEN_SWEEPER_MAX_SLEEP_MS", DEFAULTS.sweeper_max_sleep_ms, 1),
+            sweeper_batch=_int(env, "QUEEN_SWEEPER_BATCH", DEFAULTS.sweeper_batch, 1, 100_000),
+            sweeper_tenant_slice=_int(env, "QUEEN_SWEEPER_TENANT_SLICE", DEFAULTS.sweeper_tenant_slice, 1, 100_000),
+            sweeper_max_attempts=_int(env, "QUEEN_SWEEPER_MAX_ATTEMPTS", DEFAULTS.sweeper_max_attempts, 1, 1000),
+            sweeper_backoff_base_ms=_int(env, "QUEEN_SWEEPER_BACKOFF_BASE_MS", DEFAULTS.sweeper_backoff_base_ms, 1),
+            sweeper_backoff_cap_ms=_int(env, "QUEEN_SWEEPER_BACKOFF_CAP_MS", DEFAULTS.sweeper_backoff_cap_ms, 1),
+            timers_vacuum_dead_rows=_int(env, "QUEEN_TIMERS_VACUUM_DEAD_ROWS", DEFAULTS.timers_vacuum_dead_rows, 0, 100_000_000),
+            timers_vacuum_interval_ms=_int(env, "QUEEN_TIMERS_VACUUM_INTERVAL_MS", DEFAULTS.timers_vacuum_interval_ms, 100),
+            timers_vacuum_cost_delay_ms=_int(env, "QUEEN_TIMERS_VACUUM_COST_DELAY_MS", DEFAULTS.timers_vacuum_cost_delay_ms, 0, 100),
+            max_payload_bytes=_int(env, "QUEEN_MAX_PAYLOAD_BYTES", DEFAULTS.max_payload_bytes, 1),
+            timers_row_quota=_int(env, "QUEEN_TIMERS_ROW_QUOTA", DEFAULTS.timers_row_quota, 0),
+            rate_limit_per_s=_int(env, "QUEEN_RATE_LIMIT_PER_S", DEFAULTS.rate_limit_per_s, 0),
+            period_quota_messages=_int(env, "QUEEN_PERIOD_QUOTA_MESSAGES", DEFAULTS.period_quota_messages, 0),
+            period_seconds=_int(env, "QUEEN_PERIOD_SECONDS", DEFAULTS.period_seconds, 1),
+            storage_quota_bytes=_int(env, "QUEEN_STORAGE_QUOTA_BYTES", DEFAULTS.storage_quota_bytes, 0),
+            limits_refresh_ms=_int(env, "QUEEN_LIMITS_REFRESH_MS", DEFAULTS.limits_refresh_ms, 10),
+            kv_max_ops=_int(env, "QUEEN_KV_MAX_OPS_PER_CALL", DEFAULTS.kv_max_ops, 1, 10_000),
+            kv_prune_interval_ms=_int(env, "QUEEN_KV_PRUNE_INTERVAL_MS", DEFAULTS.kv_prune_interval_ms, 10),
+            kv_prune_batch=_int(env, "QUEEN_KV_PRUNE_BATCH", DEFAULTS.kv_prune_batch, 1),
+            ephemeral_expiry_interval_ms=_int(env, "QUEEN_EPHEMERAL_EXPIRY_INTERVAL_MS", DEFAULTS.ephemeral_expiry_interval_ms, 10),
+            ephemeral_idle_s=_int(env, "QUEEN_EPHEMERAL_IDLE_S", DEFAULTS.ephemeral_idle_s, 1),
+            pop_default_batch=_int(env, "QUEEN_POP_DEFAULT_BATCH", DEFAULTS.pop_default_batch, 1, 10_000),
+            lease_extend_s=_int(env, "QUEEN_LEASE_EXTEND_S", DEFAULTS.lease_extend_s, 1),
+            log_retention_interval_ms=_int(env, "QUEEN_LOG_RETENTION_INTERVAL_MS", DEFAULTS.log_retention_interval_ms, 10),
+            log_retention_batch=_int(env, "QUEEN_LOG_RETENTION_BATCH", DEFAULTS.log_retention_batch, 1, 1_000_000),
+            test_hooks=_bool(env, "QUEEN_TEST_HOOKS", DEFAULTS.test_hooks),
+            console=_bool(env, "QUEEN_CONSOLE", DEFAULTS.console),
+            log_level=(_str(env, "QUEEN_LOG_LEVEL", DEFAULTS.log_level) or DEFAULTS.log_level).upper(),
             metrics_dir=_str(env, "PROMETHEUS_MULTIPROC_DIR", None),
         )
         s.validate()
@@ -284,6 +283,12 @@ class Settings:
         return out
 
 
+# The defaults: the fields of Settings are the one table of them. from_env reads its defaults here,
+# SweeperConfig declares its own from the class, and the docs' configuration table is built from
+# from_env's default expressions (tests/test_config.py keeps them all pointing here).
+DEFAULTS = Settings()
+
+
 def _mask_url(url: str) -> str:
     if "@" in url and "://" in url:
         scheme, rest = url.split("://", 1)
@@ -291,3 +296,67 @@ def _mask_url(url: str) -> str:
         user = creds.split(":", 1)[0]
         return f"{scheme}://{user}:***@{host}"
     return url
+
+
+# What each variable means, for people. The configuration reference of the documentation site
+# (docs/reference/configuration.md) is rendered at build time from this table and from from_env()
+# above (names, defaults, bounds, and the sections of Settings), so a setting read here cannot go
+# undocumented: the build fails on a variable without its line (tests/test_config.py checks it too).
+MEANINGS: dict[str, str] = {
+    "QUEEN_HOST": 'Listen address (`0.0.0.0` to listen on every interface).',
+    "QUEEN_PORT": 'Listen port.',
+    "QUEEN_WORKERS": 'Worker processes sharing the port (1–256).',
+    "QUEEN_DRAIN_TIMEOUT_S": 'On SIGTERM/SIGINT, how long in-flight requests may take to finish.',
+    "QUEEN_LOG_LEVEL": '`DEBUG`, `INFO`, `WARNING` or `ERROR`; logs go to stderr, one line per record.',
+    "QUEEN_DATABASE_URL": 'PostgreSQL DSN. Unset: an embedded PostgreSQL under `QUEEN_DATA_DIR`.',
+    "QUEEN_DATA_DIR": 'Where the embedded PostgreSQL keeps its cluster (`<dir>/pg`).',
+    "QUEEN_POOL_MIN": 'Connections each worker opens at boot and keeps open (idle connections are never closed: one reopened under load costs its request the connect and the first planning).',
+    "QUEEN_POOL_MAX": 'Connections each worker may open (must be ≥ `QUEEN_POOL_MIN`).',
+    "QUEEN_MAX_BODY_BYTES": 'Largest request body; larger is refused with 413 (minimum 1024).',
+    "QUEEN_HEADER_TIMEOUT_S": "A request's line and headers must be complete this long after its first byte, else 408 `header_timeout` and the connection is closed (0 = off).",
+    "QUEEN_BODY_TIMEOUT_S": "A request's body must be complete this long after its headers, else 408 `body_timeout`, the connection is closed and nothing of the call is applied (0 = off).",
+    "QUEEN_KEEPALIVE_TIMEOUT_S": 'An idle keep-alive connection, or one that never sends a byte, is closed after this long.',
+    "QUEEN_MAX_CONNECTIONS": "Open connections per worker; each further connection's request is answered 503 `too_many_connections` with `Retry-After: 1` and closed (0 = no cap). Keep it under the process's open-file limit.",
+    "QUEEN_TLS_CERT_FILE": 'With `QUEEN_TLS_KEY_FILE`: serve HTTPS directly (PEM certificate chain; TLS 1.2+). Both or neither; a file that cannot be loaded stops the start.',
+    "QUEEN_TLS_KEY_FILE": 'The PEM private key of `QUEEN_TLS_CERT_FILE`.',
+    "QUEEN_JWT_SECRET": 'Turns authentication on, verifying HS256 tokens with this secret.',
+    "QUEEN_JWT_PUBLIC_KEY_FILE": 'Turns authentication on, verifying EdDSA (Ed25519) or RS256 tokens with this PEM public key. May be combined with the secret.',
+    "QUEEN_DEFAULT_TENANT": 'With authentication off, the tenant of every request.',
+    "QUEEN_DEFAULT_SUB": 'With authentication off, the sub (`producerSub`) of every request.',
+    "QUEEN_ENCRYPTION_KEYS": 'Encryption at rest: `id:base64key[,id:base64key...]`, AES-256-GCM keys of 32 bytes; the first encrypts, all decrypt (rotate by putting a new key first). A single bare key gets the id `default`.',
+    "QUEEN_ZSTD_THRESHOLD_BYTES": 'Payloads at least this large are stored zstd-compressed (compression happens before encryption).',
+    "QUEEN_ZSTD_LEVEL": 'zstd level (1–22).',
+    "QUEEN_MAX_PAYLOAD_BYTES": "Largest single payload the cell accepts (a tenant's plan can only narrow it).",
+    "QUEEN_POP_DEFAULT_BATCH": 'Messages per pop when the client does not say (1–10000).',
+    "QUEEN_LEASE_EXTEND_S": 'Seconds a lease extension adds.',
+    "QUEEN_LOG_RETENTION_INTERVAL_MS": "How often each worker's `log-retention` loop looks for messages past their queue's retention.",
+    "QUEEN_LOG_RETENTION_BATCH": 'Messages deleted per retention pass at most (1–1000000).',
+    "QUEEN_TIMERS_HORIZON_MS": 'Longest `delayMs` accepted.',
+    "QUEEN_TIMERS_MAX_OPS": 'Operations per timer call (1–10000).',
+    "QUEEN_SWEEPER_ENABLED": "Whether this broker's workers fire due timers.",
+    "QUEEN_SWEEPER_LEASE_MS": "How long a sweeper's lease on due timers lasts (a dead broker's leases expire after this), and how long (at least 1 s) its fire transaction may sit idle before the database ends it.",
+    "QUEEN_SWEEPER_MIN_SLEEP_MS": "Shortest time from one sweep cycle's start to the next one's when no row is due yet.",
+    "QUEEN_SWEEPER_MAX_SLEEP_MS": 'Longest sleep between sweep cycles (a LISTEN/NOTIFY wake-up comes earlier).',
+    "QUEEN_SWEEPER_BATCH": 'Timers claimed per cycle (1–100000).',
+    "QUEEN_SWEEPER_TENANT_SLICE": "While several tenants have due timers, the most one tenant gets of a cycle's batch (each gets an equal share, the walk over tenants rotates).",
+    "QUEEN_SWEEPER_MAX_ATTEMPTS": "Failed fires before a timer goes to its queue's DLQ.",
+    "QUEEN_SWEEPER_BACKOFF_BASE_MS": 'First retry delay after a failed fire (doubling).',
+    "QUEEN_SWEEPER_BACKOFF_CAP_MS": 'Longest retry delay.',
+    "QUEEN_TIMERS_VACUUM_DEAD_ROWS": "From this many dead rows in `queen_timers` (fired, cancelled, rescheduled timers), one worker runs `VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON) queen_timers` (the `timers-vacuum` loop, one vacuum at a time across brokers), so the claims never walk a long front of dead index entries whatever the server's autovacuum settings (0–100000000; 0: leave it to autovacuum).",
+    "QUEEN_TIMERS_VACUUM_INTERVAL_MS": "How often each worker's `timers-vacuum` loop reads the dead-row count (at least 100).",
+    "QUEEN_TIMERS_VACUUM_COST_DELAY_MS": "The `timers-vacuum` loop's VACUUM sleeps this long each time it has done `vacuum_cost_limit` of work (PostgreSQL's `vacuum_cost_delay` for that session; autovacuum's default), so it spreads its pass over the indexes instead of taking a core whole (0–100; 0: full speed). With 10,000,000 timers pending a pass reads ~800 MB of index every 5,000 fired rows: 0.37 s at full speed, 1.2–1.4 s throttled, and a steady 1,000/s lagged p99 11.6 ms at the consumer unthrottled against 6.8 ms throttled (p50 1.9 / 2.0 ms).",
+    "QUEEN_TIMERS_ROW_QUOTA": 'Pending timers per tenant (`0`: unlimited).',
+    "QUEEN_RATE_LIMIT_PER_S": 'Operations per second per tenant (`0`: unlimited).',
+    "QUEEN_PERIOD_QUOTA_MESSAGES": 'Messages per tenant per period (`0`: unlimited).',
+    "QUEEN_PERIOD_SECONDS": 'Length of a quota period.',
+    "QUEEN_STORAGE_QUOTA_BYTES": 'Stored bytes per tenant (`0`: unlimited).',
+    "QUEEN_LIMITS_REFRESH_MS": 'How often a worker re-reads plans and switches.',
+    "QUEEN_KV_MAX_OPS_PER_CALL": 'Operations per KV call (1–10000).',
+    "QUEEN_KV_PRUNE_INTERVAL_MS": 'How often expired KV rows are pruned.',
+    "QUEEN_KV_PRUNE_BATCH": 'Expired rows removed per prune pass.',
+    "QUEEN_EPHEMERAL_EXPIRY_INTERVAL_MS": "How often each worker's `ephemeral-expiry` loop drops the expired messages of ephemeral queues with a `ttlSeconds` (delivery never depends on it: a push or pop expires its queue first) and forgets idle implicit queues.",
+    "QUEEN_EPHEMERAL_IDLE_S": "An implicit ephemeral queue (never configured) that is empty, holds no lease and saw no push or settle for this long is forgotten, with its groups' cursors and its counters (the next push or pop makes it again). Declared queues stay until deleted.",
+    "QUEEN_CONSOLE": 'Serves the operator console at `/console`; `0` turns it off (every console path answers 404 `console_disabled`).',
+    "QUEEN_TEST_HOOKS": 'Enables the fault-injection routes under `/api/v1/test/` (tests only; otherwise they answer 403 `test_hooks_disabled`).',
+    "PROMETHEUS_MULTIPROC_DIR": 'Where workers write their metric samples (unset: a fresh temporary directory, removed at exit); set it only to keep them somewhere you choose (its `*.db` files are cleared at start).',
+}

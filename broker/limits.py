@@ -228,6 +228,14 @@ class LimitsCache:
                 st.inflight_messages, st.inflight_timers = prev.inflight_messages, prev.inflight_timers
             self.tenants[tenant] = st
 
+    async def run(self, pool: Callable[[], asyncpg.Pool]) -> None:
+        """The ``limits-refresh`` loop body (started by ``broker.services``): one query for every tenant
+        served, a little more often than the bound, so requests do not find their entry stale and pay
+        the read."""
+        while True:
+            await asyncio.sleep(self.refresh_s * 0.8)
+            await self.refresh_all(pool())
+
     async def refresh_all(self, pool: Executor) -> None:
         now = time.monotonic()
         async with self._lock:
@@ -275,19 +283,17 @@ def cache_of(broker: Broker) -> LimitsCache:
     return broker.services.limits
 
 
-async def refresh_loop(cache: LimitsCache, pool: Callable[[], asyncpg.Pool]) -> None:
-    """The ``limits-refresh`` loop (started by ``broker.services``): one query for every tenant served,
-    a little more often than the bound, so requests do not find their entry stale and pay the read."""
-    while True:
-        await asyncio.sleep(cache.refresh_s * 0.8)
-        await cache.refresh_all(pool())
-
-
 async def plan_for(broker: Broker, tenant: str) -> Plan:
     if broker.pool is None:
         return cell_plan(broker.settings)
     st = await cache_of(broker).get(broker.require_pool(), tenant)
     return st.plan
+
+
+# Every code a limit rung refuses with (the ``code`` label of queen_limit_refusals_total, created at 0
+# at boot by broker.app so a fresh dashboard reads 0 rather than "no data").
+REFUSAL_CODES = ("quota_exceeded", "timers_quota_exceeded", "storage_quota_exceeded", "cluster_suspended",
+                 "timers_paused", "rate_limited", "kv_disabled")
 
 
 def _refuse(err: ApiError, surface: str) -> ApiError:

@@ -12,8 +12,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import orjson
+
 from broker.codec import Codec, CodecError
 from broker.crypto import DecryptFailed, KeyMissing, KeyRing, aad_for
+
+
+class NotJson(ValueError):
+    pass
+
+
+def client_json(codec: Codec, body: bytes, *, zstd: bool) -> bytes:
+    """A client's payload as the JSON bytes the log stores: decompressed first when the client sent a
+    zstd frame, then checked to be one JSON document. Raises ``CodecError`` (not a zstd frame) or
+    ``NotJson``. The timers judge a payload with this at schedule and again at the fire."""
+    if zstd:
+        body = codec.decompress(body)
+    try:
+        orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise NotJson(str(exc)) from None
+    return body
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,14 @@ Lifecycle (River's maintenance-service shape, driven by ``broker.app``):
   their NOTIFY channels and start the supervised loops (``broker.process.loops``), in this order:
   ``listen`` (the LISTEN connection), ``limits-refresh``, ``kv-pruner``, ``log-retention``,
   ``ephemeral-expiry``, ``timers-vacuum`` (unless ``QUEEN_TIMERS_VACUUM_DEAD_ROWS=0``), ``sweeper``
-  (unless ``QUEEN_SWEEPER_ENABLED=0``). ``/health`` lists them under ``loops``.
+  (unless ``QUEEN_SWEEPER_ENABLED=0``). ``/health`` lists them under ``loops``. Every loop body is named
+  ``run``: a module's ``run(pool, settings)`` for a housekeeping loop (``kv.pruner``, ``log.retention``,
+  ``ephemeral.expiry``, ``timers.vacuum``), or the ``run`` method of the object that holds the loop's
+  state (the notifier, the limits cache, the sweeper).
 - ``shutdown(broker)``: aiohttp's on_shutdown, before it waits for in-flight requests: the worker is
   draining and the long polls (the log's and the ephemeral queues') answer now.
 - ``stop(broker)``: at drain, before the loops are cancelled and the pool is closed: the sweeper stops
-  claiming and hands its claims back, then the long-poll waiters are woken. Each step is bounded by
+  taking and hands its leases back, then the long-poll waiters are woken. Each step is bounded by
   ``QUEEN_DRAIN_TIMEOUT_S``.
 """
 
@@ -27,7 +30,8 @@ from typing import TYPE_CHECKING
 
 from broker import limits, metering, riders
 from broker.ephemeral import CHANNEL as EPH_CHANNEL
-from broker.ephemeral.service import EphemeralService, expiry_loop
+from broker.ephemeral import expiry
+from broker.ephemeral.service import EphemeralService
 from broker.kv import pruner
 from broker.kv.rider import RIDER as KV_RIDER
 from broker.limits import LimitsCache
@@ -80,7 +84,7 @@ async def start(b: Broker) -> None:
     cache = svc.limits
     notifier.subscribe(limits.NOTIFY_CHANNEL, cache.invalidate)
     notifier.on_reconnect(lambda: cache.invalidate("*"))
-    b.loops.start("limits-refresh", lambda: limits.refresh_loop(cache, b.require_pool))
+    b.loops.start("limits-refresh", lambda: cache.run(b.require_pool))
 
     b.loops.start("kv-pruner", lambda: pruner.run(b.require_pool, b.settings))
 
@@ -89,7 +93,7 @@ async def start(b: Broker) -> None:
     notifier.subscribe(EPH_CHANNEL, svc.ephemeral.waiters.notify)
     notifier.on_reconnect(svc.ephemeral.waiters.wake_all)
     b.loops.start("log-retention", lambda: retention.run(b.require_pool, b.settings))
-    b.loops.start("ephemeral-expiry", lambda: expiry_loop(b.require_pool, b.settings))
+    b.loops.start("ephemeral-expiry", lambda: expiry.run(b.require_pool, b.settings))
     if b.settings.timers_vacuum_dead_rows:
         b.loops.start("timers-vacuum", lambda: timers_vacuum.run(b.require_pool, b.settings))
 
@@ -119,7 +123,7 @@ async def _wake_waiters(b: Broker) -> None:
 
 
 async def stop(b: Broker) -> None:
-    """At drain, before the loops are cancelled and the pool closed: hand back the sweeper's claims,
+    """At drain, before the loops are cancelled and the pool closed: hand back the sweeper's leases,
     then wake the long-poll waiters."""
     svc = b.services
     if svc.started and svc.sweeper is not None:

@@ -727,11 +727,32 @@ CONTRACTS: tuple[C, ...] = (
       "figures (messages, dead letters per queue); system metrics need the admin grant (403 otherwise)."),
     C("CLI-MON-MESSAGES", "docs/protocol.md §2.9",
       "GET /api/v1/messages?queue= lists a queue's messages newest first with their state for the group "
-      "(pending, leased, completed) and filters by status; without a queue it is a 400; deleting a "
-      "message needs the admin grant."),
-    C("CLI-MON-DELETE-REFUSED", "docs/protocol.md §2.9 / docs/decisions.md §7",
-      "DELETE /api/v1/messages/:pid/:txn is refused 409 delete_refused (reason gapless_log) and the "
-      "message stays: a partition's offsets are gapless."),
+      "(pending, leased, completed, deleted) and filters by status; without a queue it is a 400; deleting a "
+      "message needs the admin grant (403 otherwise, and the message stays)."),
+    # CLI-MON-DELETE-REFUSED is retired: a message can be deleted (CLI-MSG-DELETE*, docs/decisions.md §9).
+    C("CLI-MSG-DELETE", "docs/protocol.md §2.9 / docs/decisions.md §9",
+      "DELETE /api/v1/messages/:pid/:txn (admin grant) answers 200 {deleted: true, alreadyDeleted: false, "
+      "partitionId, transactionId, offset, queue, deletedAt}; the message stays at its offset as a tombstone: "
+      "GET /api/v1/messages/:pid/:txn answers 200 {deleted: true, data: null, offset, deletedAt}, the "
+      "lookup by transaction id answers found and deleted, and the listing shows it with status deleted."),
+    C("CLI-MSG-DELETE-PASSED-OVER", "docs/decisions.md §9",
+      "No consumer group receives a deleted message again: queue mode and a group that starts later pass "
+      "over it and get the messages around it in offset order; the partition's offsets stay gapless."),
+    C("CLI-MSG-DELETE-LEASE", "docs/decisions.md §9",
+      "A lease holding a message that is then deleted acknowledges its other messages normally (acking the "
+      "deleted one succeeds as already done), and the partition is released for the next message."),
+    C("CLI-MSG-DELETE-IDEMPOTENT", "docs/decisions.md §9",
+      "Deleting a deleted message again answers 200 {deleted: true, alreadyDeleted: true} with the first "
+      "deletion's deletedAt and offset."),
+    C("CLI-MSG-DELETE-NOT-FOUND", "docs/protocol.md §2.9 / ENV",
+      "Deleting at an address the tenant has no message at (unknown transaction id or partition id) is a 404 "
+      "message_not_found in the error envelope; a malformed partition id is a 400; nothing changes."),
+    C("CLI-MSG-DELETE-TENANT", "docs/decisions.md §9",
+      "Another tenant's message cannot be deleted: the address answers 404 message_not_found and the message "
+      "stays, delivered as before."),
+    C("CLI-MSG-DELETE-STORAGE", "docs/decisions.md §9",
+      "Deleting a message frees its stored bytes: the answer's freedBytes, and the tenant's storageBytes in "
+      "GET /api/v1/usage drops by them."),
     C("CLI-TRACES", "docs/protocol.md §2.12",
       "POST /api/v1/traces records an event about an existing message of the tenant (404 message_not_found "
       "otherwise); it is read back per message, per trace name, and in the name listing; another tenant "

@@ -386,6 +386,10 @@ def _verdict(kind: str, s: dict[str, Any]) -> str:
                             ["doubled", s["doubles"]], ["next occurrence, us (broker)", s.get("next_cost_us_broker")],
                             ["next occurrence, us (measured here)", s.get("next_cost_us_local")],
                             ["schedule call median, ms", s.get("schedule_call_ms")]])
+    if kind == "failover":
+        from loadtest import failover as fo
+
+        return fo.html_verdict(s, _e, html_table)
     failed = sum(int(f.get("occurrences", 0)) for f in s.get("failures", []))
     cls = "bad" if failed else "good"
     if kind == "timers_lag":

@@ -7,13 +7,15 @@ one-file ``report.html`` (verdict first, plots inline, machine and settings).
 
 Scenarios: ``timers_lag``, ``timers_schedule``, ``push_pop`` (Locust, headless, in a child process),
 ``outage_deadlines`` and ``recurring`` (asyncio programs, see their module docstrings:
-``queen loadtest recurring --schedules 200 --tenants 4 [--mode minute]``). Without ``--url`` a broker is
+``queen loadtest recurring --schedules 200 --tenants 4 [--mode minute]``). ``failover`` (also asyncio,
+loadtest/failover.py) needs ``--url`` and ``--fault-cmd``: ``--users`` producers, schedulers, KV writers
+and consumers each, ``--rounds`` faults, every acknowledged write checked afterwards. Without ``--url`` a broker is
 started for the run (``broker.process.localserver.LocalBroker``, embedded PostgreSQL in a temporary directory)
 and stopped afterwards. Traffic goes only to that broker or to the URL given. Every run is bounded: the
 Locust child gets ``-t`` and ``--max-items`` and is killed if it overstays by 90 s (or on Ctrl-C).
 
 ``--distributed K`` runs one Locust master and K worker processes on this machine (the same command
-lines work across machines: see README, "Load and capacity harness").
+lines work across machines: see docs/guides/capacity-planning.md, "Distributed Locust").
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ LOCUST_SCENARIOS = {
     "timers_schedule": {"file": "timers_schedule.py", "users": 8, "duration": 30},
     "push_pop": {"file": "push_pop.py", "users": 6, "duration": 30},
 }
-SCENARIOS = (*LOCUST_SCENARIOS, "outage_deadlines", "capacity", "recurring")
+SCENARIOS = (*LOCUST_SCENARIOS, "outage_deadlines", "capacity", "recurring", "failover")
 DEFAULT_CAPACITY_RATES = (100, 250, 500, 750, 1000, 1500, 2000, 3000, 4000, 6000)
 
 
@@ -61,7 +63,12 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
     skip = {"load_start", "duration_given"}
     outage = {"interval", "timeout", "retries", "outage_start", "outage", "drain"}
     cap = {"slo_p99_ms", "rates", "step_duration", "confirm", "hold_fraction"}
-    if args.scenario != "outage_deadlines":
+    fo = {"fault_cmd", "rounds", "fault_at", "settle"}
+    if args.scenario != "failover":
+        skip |= fo
+    else:
+        skip |= cap | (outage - {"drain"}) | {"rate", "distributed", "window_ms", "duration", "broker_workers"}
+    if args.scenario not in ("outage_deadlines", "failover"):
         skip |= outage
     else:
         skip |= cap | {"rate", "users", "distributed", "window_ms"}
@@ -398,6 +405,24 @@ def run_recurring(args: argparse.Namespace, url: str, out: Path) -> dict[str, An
     return result
 
 
+def run_failover(args: argparse.Namespace, url: str, out: Path) -> dict[str, Any]:
+    from loadtest import failover as fo
+
+    p = fo.Params(url=url, fault_cmd=args.fault_cmd, rounds=args.rounds, fault_at=args.fault_at, settle=args.settle,
+                  producers=args.users, schedulers=args.users, kv_writers=args.users, consumers=args.users,
+                  drain=args.drain, token=os.environ.get("QUEEN_TOKEN", ""))
+    result = fo.run(p)
+    result["machine"] = machine(args.load_start)
+    result["url"] = url
+    (out / "summary.json").write_text(json.dumps(result, indent=2, default=str))
+    report.write_html(out, "failover", result, settings(args))
+    print(f"\n== failover: {url}, fault: {args.fault_cmd} ==")
+    print(fo.table(result))
+    print(machine_line(result["machine"]))
+    print(f"\nwritten: {out}/report.html and summary.json")
+    return result
+
+
 # ---- command line
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="queen loadtest", description="Load and capacity harness (Locust).",
@@ -435,6 +460,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--jwt-secret", default=None,
                     help="recurring: the broker's QUEEN_JWT_SECRET, to mint one token per tenant (a local broker "
                          "gets one of its own)")
+    # failover
+    ap.add_argument("--fault-cmd", default="", help="failover: shell command that injects the fault (required)")
+    ap.add_argument("--rounds", type=int, default=1, help="failover: faults injected, one after the other")
+    ap.add_argument("--fault-at", type=float, default=5.0, help="failover: seconds of steady load before each fault")
+    ap.add_argument("--settle", type=float, default=5.0,
+                    help="failover: seconds of successful writes after a fault before the next round")
     return ap
 
 
@@ -450,7 +481,11 @@ def main(argv: list[str] | None = None) -> int:
     args.locust_args = passthrough
     args.duration_given = args.duration is not None
     args.load_start = os.getloadavg()
-    spec = LOCUST_SCENARIOS.get(args.scenario, {"users": 4, "duration": 30})
+    if args.scenario == "failover" and not (args.url and args.fault_cmd):
+        print("loadtest failover: needs --url (a broker on the database that fails over) and --fault-cmd "
+              "(the shell command that injects the fault, e.g. \"queen cluster kill-primary\")", file=sys.stderr)
+        return 2
+    spec = LOCUST_SCENARIOS.get(args.scenario, {"users": 2 if args.scenario == "failover" else 4, "duration": 30})
     args.users = args.users or spec["users"]
     args.duration = float(args.duration or spec["duration"])
     out = Path(args.out or f"loadtest-out/{args.scenario}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
@@ -467,6 +502,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.scenario == "capacity":
             result = capacity(args, url, out)
             return 0 if result["steps"] else 1
+        if args.scenario == "failover":
+            result = run_failover(args, url, out)
+            return 0 if result["verdict"] == "PASS" else 1
         if args.scenario == "outage_deadlines":
             result = run_outage(args, url, out)
             return 1 if result["with"]["guarantee"] else 0  # the deadline guarantee is asserted, not just shown

@@ -72,7 +72,7 @@ class PgServer:
         async def go() -> None:
             await self._admin(f'DROP DATABASE IF EXISTS "{TEMPLATE}" WITH (FORCE)')
             await self._admin(f'CREATE DATABASE "{TEMPLATE}"')
-            await migrate.apply_url(self.dsn_for(TEMPLATE))
+            await migrate.run(self.dsn_for(TEMPLATE))
 
         run_sync(go())
 

@@ -26,7 +26,7 @@ def queen(*args: str, env: dict[str, str] | None = None) -> subprocess.Completed
 def test_help_lists_commands_and_environment():
     out = queen("--help")
     assert out.returncode == 0
-    for word in ("serve", "migrate", "token", "conformance", "loadtest", "bench"):
+    for word in ("serve", "migrate", "token", "conformance", "loadtest", "bench", "docs"):
         assert word in out.stdout
     for var in ("QUEEN_PORT", "QUEEN_WORKERS", "QUEEN_DATABASE_URL", "QUEEN_DATA_DIR", "QUEEN_JWT_SECRET"):
         assert var in out.stdout
@@ -114,5 +114,5 @@ def test_delegated_command_without_its_extra_names_the_extra():
 def test_help_names_the_extra_of_each_delegated_command():
     out = queen("--help")
     assert out.returncode == 0
-    for extra in ("[conformance]", "[load]", "[bench]"):
+    for extra in ("[conformance]", "[load]", "[bench]", "[docs]"):
         assert extra in out.stdout, out.stdout

@@ -1,6 +1,6 @@
 """The queue options the official ``queen-mq`` client sends at configure, each honoured: every test
 configures a queue through the client, then asserts the option's documented effect on push and pop
-(broker/sql/functions/queue_options.sql; README "Client surface"; docs/decisions.md §7)."""
+(broker/sql/functions/queue_options.sql; docs/reference/client-surface.md; docs/decisions.md §7)."""
 
 from __future__ import annotations
 

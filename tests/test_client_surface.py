@@ -232,7 +232,7 @@ async def test_status_queue_stats_detail_and_analytics(queen_client):
     assert len(wm["workers"]) == 1
 
 
-async def test_list_messages_with_state_and_delete_refused(queen_client):
+async def test_list_messages_with_state_and_delete(queen_client):
     q = uniq("cs-list")
     await queen_client.queue(q).create()
     await queen_client.queue(q).push([{"data": {"i": i}} for i in range(3)])
@@ -243,13 +243,23 @@ async def test_list_messages_with_state_and_delete_refused(queen_client):
     assert [m["status"] for m in listed["messages"]] == ["pending", "pending", "completed"]
     pend = await queen_client.admin.list_messages(queue=q, status="pending", limit=1)
     assert [m["data"]["i"] for m in pend["messages"]] == [2]
-    one = listed["messages"][0]
+    one = listed["messages"][1]
     got = await queen_client.admin.get_message(one["partitionId"], one["transactionId"])
-    assert got["data"] == {"i": 2}
+    assert got["data"] == {"i": 1} and got["deleted"] is False
+    # the official client's delete, end to end: a tombstone at its offset that no consumer receives
+    gone = await queen_client.admin.delete_message(one["partitionId"], one["transactionId"])
+    assert gone["deleted"] is True and gone["alreadyDeleted"] is False and gone["offset"] == one["offset"]
+    tomb = await queen_client.admin.get_message(one["partitionId"], one["transactionId"])
+    assert tomb["deleted"] is True and tomb["data"] is None and tomb["offset"] == one["offset"]
+    again = await queen_client.admin.delete_message(one["partitionId"], one["transactionId"])
+    assert again["alreadyDeleted"] is True and again["deletedAt"] == gone["deletedAt"]
+    listed = await queen_client.admin.list_messages(queue=q)
+    assert [m["status"] for m in listed["messages"]] == ["pending", "deleted", "completed"]
+    rest = await queen_client.queue(q).batch(10).wait(False).pop()
+    assert [m["data"]["i"] for m in rest] == [2]
     with pytest.raises(httpx.HTTPStatusError) as exc:
-        await queen_client.admin.delete_message(one["partitionId"], one["transactionId"])
-    assert exc.value.response.status_code == 409 and exc.value.response.json()["reason"] == "gapless_log"
-    assert (await queen_client.admin.get_message(one["partitionId"], one["transactionId"]))["data"] == {"i": 2}
+        await queen_client.admin.delete_message(one["partitionId"], "no-such-txn")
+    assert exc.value.response.status_code == 404 and exc.value.response.json()["error"] == "message_not_found"
 
 
 # ------------------------------------------------------------------------------ traces (item 5)

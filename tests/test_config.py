@@ -111,17 +111,25 @@ def test_queen_serve_exits_2_with_the_message(env, tmp_path):
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_readme_documents_every_setting_and_the_ci_command():
+def test_every_setting_has_its_meaning_and_the_docs_give_the_ci_command():
+    """The configuration reference (docs/reference/configuration.md) is rendered from broker/config.py
+    and its MEANINGS table at build time (tests/test_docs_site.py builds it): every variable the module
+    reads has its line there. The README and the install page give the two commands, the second being
+    exactly what CI runs."""
     import re
 
-    readme = (ROOT / "README.md").read_text()
-    read = set(re.findall(r'"(QUEEN_[A-Z0-9_]+)"', (ROOT / "broker" / "config.py").read_text()))
+    from broker.config import MEANINGS
+
+    source = (ROOT / "broker" / "config.py").read_text().split("MEANINGS: dict")[0]
+    read = set(re.findall(r'"((?:QUEEN|PROMETHEUS)_[A-Z0-9_]+)"', source))
     assert len(read) > 30
-    undocumented = sorted(v for v in read if f"| `{v}` |" not in readme)
-    assert undocumented == [], "settings missing from the README's configuration tables"
+    assert sorted(read - set(MEANINGS)) == [], "settings without their line in broker.config.MEANINGS"
+    assert sorted(set(MEANINGS) - read) == [], "MEANINGS documents settings config.py does not read"
     ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
-    blocks = re.findall(r"```sh\n(.*?)\n```", readme.split("## Configuration")[0], re.S)
-    assert blocks == ["python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/queen serve", ci]
+    serve = "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/queen serve"
+    for page in (ROOT / "README.md", ROOT / "docs" / "getting-started" / "install.md"):
+        blocks = re.findall(r"```sh\n(.*?)\n```", page.read_text(), re.S)
+        assert blocks[:2] == [serve, ci], page
 
 
 def test_the_pool_opens_whole_unless_told_otherwise():
@@ -129,3 +137,32 @@ def test_the_pool_opens_whole_unless_told_otherwise():
     assert (Settings.from_env({}).pool_min, Settings.from_env({}).pool_max) == (10, 10)
     assert (Settings.from_env({"QUEEN_POOL_MAX": "4"}).pool_min, Settings.from_env({"QUEEN_POOL_MAX": "4"}).pool_max) == (4, 4)
     assert Settings.from_env({"QUEEN_POOL_MIN": "2", "QUEEN_POOL_MAX": "6"}).pool_min == 2
+
+
+def test_from_env_takes_every_default_from_the_settings_fields():
+    """The fields of ``Settings`` are the one table of defaults: every variable ``from_env`` reads
+    defaults to ``DEFAULTS.<the field it feeds>`` (the docs' configuration table is built from these
+    expressions, and ``SweeperConfig`` declares its own from the class), except the two defaults that
+    depend on something else (``workers``: the CPU count; ``pool_min``: the pool's maximum) and the
+    variables that are unset by default."""
+    import ast
+
+    from broker import config
+    from broker.timers.sweeper import SweeperConfig
+
+    tree = ast.parse(Path(config.__file__).read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Settings")
+    from_env = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "from_env")
+    odd = []
+    for node in ast.walk(from_env):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "cls"):
+            continue
+        for kw in node.keywords:
+            for call in ast.walk(kw.value):
+                if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in ("_int", "_bool", "_str"):
+                    default = ast.unparse(call.args[2])
+                    if default not in (f"DEFAULTS.{kw.arg}", f"str(DEFAULTS.{kw.arg})", "None", "cpu", "pool_max"):
+                        odd.append((kw.arg, default))
+    assert odd == []
+    assert Settings.from_env({}) == Settings() == config.DEFAULTS
+    assert SweeperConfig.from_settings(Settings()) == SweeperConfig(peers=Settings().workers)

@@ -7,6 +7,8 @@ the token, click through the views, cancel a timer, replay dead letters, and mee
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
 from browser import chromium, save_view, shot_on_failure  # noqa: F401  (chromium is a fixture)
@@ -123,7 +125,7 @@ def test_timers_view_lists_pages_peeks_and_cancels(page, cbroker, seeded):
         page.fill("#timer-key", "k02")
         page.click("#cancel-key")
         expect(page.locator("#cancel-result")).to_contain_text("absent")
-        # the live panel: timers fire while the page samples /metrics/prometheus; quantiles and a rate appear
+        # the live panel: timers fire while the page samples /api/v1/status/live; quantiles and a rate appear
         page.wait_for_selector("#lag-p99", timeout=8_000)
         with authed(SECRET, cbroker, TENANT, "app") as c:
             fire_now = [timer_op(uniq("cnow"), f"n{i}", delay=100 + 20 * i, payload=b"{}") for i in range(40)]
@@ -137,6 +139,68 @@ def test_timers_view_lists_pages_peeks_and_cancels(page, cbroker, seeded):
     with shot_on_failure(page, "console-timers"):
         page.wait_for_selector("svg.spark", timeout=8_000)
         save_view(page, "timers")
+
+
+def _chart(page, name: str) -> dict:  # type: ignore[no-untyped-def]
+    """What the live chart ``name`` holds: its point count and the series that ever left zero."""
+    el = page.locator(f"#chart-{name}")
+    return {"points": int(el.get_attribute("data-points") or 0), "moved": (el.get_attribute("data-moved") or "").split(",")}
+
+
+def test_live_view_charts_move_under_load(page, cbroker, seeded):
+    """Live view: uPlot charts fed every 2 s from /api/v1/status/live. With nothing happening they draw
+    flat lines; under pushes, pops, acks and firing timers every chart's series leave zero."""
+    with shot_on_failure(page, "console-live"):
+        sign_in(page, cbroker.url, ADMIN, "live")
+        expect(page.locator("#live-push")).to_be_visible(timeout=10_000)  # two samples taken
+        page.wait_for_selector("#chart-rates .uplot")
+        before = _chart(page, "rates")["points"]
+        assert page.evaluate("() => Object.keys(window.queenCharts).sort()") == ["backlog", "dlq", "fired", "lag", "rates"]
+        q, tq = uniq("clive"), uniq("clive-t")
+        with authed(SECRET, cbroker, TENANT, "ops", ["admin"]) as c:
+            deadline = time.monotonic() + 14
+            i = 0
+            while time.monotonic() < deadline:
+                items = [{"queue": q, "partition": f"p{j % 4}", "payload": {"n": j}} for j in range(60)]
+                assert c.post("/api/v1/push", json={"items": items}).status_code == 201
+                popped = c.get(f"/api/v1/pop/queue/{q}", params={"batch": 40, "wait": "false"})
+                if popped.status_code == 200:
+                    body = popped.json()
+                    acks = [{"transactionId": m["transactionId"], "partitionId": m["partitionId"],
+                             "leaseId": body["leaseId"], "status": "completed"} for m in body["messages"]]
+                    assert c.post("/api/v1/ack/batch", json={"acknowledgments": acks}).status_code == 200
+                ops = [timer_op(tq, f"t{i}-{k}", delay=150 + 25 * k, payload=b"{}") for k in range(30)]
+                assert all(r["ok"] for r in c.timer_results(*ops))
+                i += 1
+                time.sleep(0.4)
+            wait_for(lambda: _chart(page, "fired")["moved"] == ["fired/s"], 10, "the fired/s series to move")
+        rates = _chart(page, "rates")
+        assert rates["points"] >= before + 5, (before, rates)
+        assert set(rates["moved"]) == {"pushed/s", "popped/s", "acked/s"}, rates
+        lag = _chart(page, "lag")
+        assert "p99" in lag["moved"] and "p50" in lag["moved"], lag
+        assert q in _chart(page, "backlog")["moved"]  # 60 pushed, 40 acked per round: the backlog grows
+        assert _chart(page, "dlq")["moved"] == ["dead letters"]  # the seeded dead letters
+        # the uPlot instance itself holds the same points
+        pushed = page.evaluate("() => window.queenCharts.rates.data[1]")
+        assert len(pushed) == rates["points"] and max(pushed) > 0
+        assert float(page.inner_text("#live-backlog").replace(",", "")) > 0
+        save_view(page, "live")
+
+
+def test_live_view_with_no_data_draws_flat_charts(page, cbroker):
+    """A tenant with nothing stored: the Live view still draws (flat broker charts, 'no queues yet'), and
+    without a token its error is a message, not a blank page."""
+    page.goto(f"{cbroker.url}/console#live")
+    expect(page.locator("#live-stats .error")).to_contain_text("401")
+    empty = mint(tenant="console-empty", sub="nobody", grants=["consume"], secret=SECRET)
+    sign_in(page, cbroker.url, empty, "live")
+    expect(page.locator("#live-backlog")).to_have_text("0", timeout=10_000)
+    expect(page.locator("#live-dlq")).to_have_text("0")
+    expect(page.locator("#chart-backlog")).to_contain_text("no queues yet")
+    page.wait_for_selector("#chart-dlq .uplot")
+    assert _chart(page, "dlq")["moved"] == [""]  # drawn, and flat at zero
+    assert _chart(page, "rates")["points"] >= 1
 
 
 def test_dlq_view_filters_shows_and_replays(page, cbroker, seeded):
@@ -221,3 +285,10 @@ def test_assets_are_served_with_a_strict_policy(cbroker):
     assert r.status_code == 404
     r = httpx.get(cbroker.url + "/console/secrets.txt")
     assert r.status_code == 404 and r.json()["reason"] == "no_such_asset"
+    # the vendored chart library and its licence ship with the page; nothing else under vendor/ is served
+    js = httpx.get(cbroker.url + "/console/vendor/uplot/uPlot.iife.min.js")
+    assert js.status_code == 200 and js.headers["content-type"].startswith("text/javascript") and b"uPlot" in js.content
+    assert "MIT" in httpx.get(cbroker.url + "/console/vendor/uplot/LICENSE").text
+    assert httpx.get(cbroker.url + "/console/vendor/uplot/SOURCE").json()["reason"] == "no_such_asset"
+    page = httpx.get(cbroker.url + "/console").text
+    assert "/console/vendor/uplot/uPlot.iife.min.js" in page and "//" not in page.replace("http://", "")

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import httpx
 from conftest import uniq
-from helpers import timer_op
+from helpers import Api, timer_op, wait_for
+from prometheus_client.parser import text_string_to_metric_families
 
 
 def ts(s: str) -> datetime:
@@ -53,3 +55,42 @@ def test_oldest_unacked_message_per_consumer_group(http):
     assert all(r["success"] for r in http.post("/api/v1/ack/batch", json={"acknowledgments": acks, "consumerGroup": "g"}).json())
     g = http.get(f"/api/v1/resources/queues/{q}").json()["consumerGroups"][0]
     assert g["pending"] == 0 and g["oldestUnackedAt"] is None
+
+
+def test_live_sample_counts_and_backlog(start_broker):
+    """``GET /api/v1/status/live``: the broker's counters move with traffic, and the tenant's queues come
+    largest backlog first (at most 8, the rest summed) with their dead letters."""
+    b = start_broker(workers=2)
+    with httpx.Client(base_url=b.url, timeout=30) as http:
+        api = Api(http)
+        empty = http.get("/api/v1/status/live").json()
+        assert empty["queues"] == [] and empty["pending"] == 0 and empty["deadLetters"] == 0
+        m0 = empty["metrics"]
+        assert set(m0) >= {"pushed", "popped", "acked", "timersFired", "timersPending", "fireLag"}
+        assert len(m0["fireLag"]["le"]) == len(m0["fireLag"]["counts"]) and m0["fireLag"]["le"] == sorted(m0["fireLag"]["le"])
+        names = [uniq(f"live{i}") for i in range(10)]
+        for i, q in enumerate(names):
+            api.push(q, list(range(i + 1)))  # queue i holds i + 1 messages
+        [m] = api.messages(names[9], batch="1")
+        assert api.ack(m, status="dlq")[0]["success"]  # one dead letter, one message fewer pending
+        after = http.get("/api/v1/status/live").json()
+        m1 = after["metrics"]
+        assert m1["pushed"] - m0["pushed"] == 55 and m1["popped"] - m0["popped"] == 1 and m1["acked"] - m0["acked"] == 1
+        assert [(x["name"], x["pending"]) for x in after["queues"]] == [
+            (names[8], 9), (names[9], 9), (names[7], 8), (names[6], 7), (names[5], 6), (names[4], 5), (names[3], 4),
+            (names[2], 3)]
+        assert after["otherQueues"] == {"count": 2, "pending": 3}
+        assert after["pending"] == 54 and after["queueCount"] == 10 and after["deadLetters"] == 1
+        # the figures are the scrape's, summed over both workers: fire timers, then compare the two
+        tq = uniq("live-t")
+        assert all(r["ok"] for r in api.timer_results(*[timer_op(tq, f"k{i}", delay=50) for i in range(6)]))
+        wait_for(lambda: http.get("/api/v1/status/live").json()["metrics"]["timersFired"] - m0["timersFired"] >= 6,
+                 20, "the timers to fire")
+        live = http.get("/api/v1/status/live").json()["metrics"]
+        samples = [s for f in text_string_to_metric_families(http.get("/metrics").text) for s in f.samples]
+        scrape = {(s.name, s.labels.get("le")): s.value for s in samples if s.name.startswith("queen_timers_f")}
+        pushed = sum(s.value for s in samples if s.name == "queen_messages_pushed_total")
+        assert live["pushed"] == pushed and live["timersFired"] == scrape[("queen_timers_fired_total", None)]
+        assert live["fireLag"]["count"] == scrape[("queen_timers_fire_lag_seconds_count", None)] >= 6
+        for le, count in zip(live["fireLag"]["le"], live["fireLag"]["counts"], strict=True):
+            assert scrape[("queen_timers_fire_lag_seconds_bucket", repr(float(le)))] == count

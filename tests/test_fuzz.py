@@ -636,11 +636,11 @@ if given is not None:
     @given(body=json_values)
     def test_parsers_raise_only_api_errors(body):
         from broker.errors import ApiError
-        from broker.kv.ops import parse_body
-        from broker.locks.ops import parse_body as parse_locks
+        from broker.kv.parse import parse_body
+        from broker.locks.parse import parse_body as parse_locks
         from broker.log import parse
         from broker.streams import parse as streams_parse
-        from broker.timers.ops import parse_ops
+        from broker.timers.parse import parse_ops
 
         calls = [
             lambda: parse_body(body, max_ops=256),

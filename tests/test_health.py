@@ -29,6 +29,8 @@ def test_health_turns_503_and_recovers(controlled_pg, start_broker):
     workers = sorted(b.worker_pids())
     _, healthy = _until_every_worker(b.url, 200, 2, 5)
     assert all(h["database"] == "connected" for h in healthy.values())
+    # Which server the pool reached and what it is (a standby is tests/test_failover.py's case).
+    assert all((h["role"], h["writable"]) == ("primary", True) for h in healthy.values()), healthy
     # A nested pytest session (the conformance and bench gates run some) resets /tmp/pytest-of-<user>
     # to 0700; pg_ctl, run as pgserver's unprivileged user when we are root, must still get through.
     ctl.pgdata.parent.parent.chmod(0o700)

@@ -192,8 +192,10 @@ def test_lookup_and_message_get(http, api):
     miss = http.get("/api/v1/messages/lookup", params={"queue": q, "txn": "nope"}).json()
     assert miss == {"found": False, "queue": q, "transactionId": "nope"}
     hit = http.get("/api/v1/messages/lookup", params={"queue": q, "txn": "tx-1"}).json()
-    assert set(hit) == {"found", "queue", "partition", "partitionId", "messageId", "transactionId", "producerSub", "createdAt"}
+    assert set(hit) == {"found", "queue", "partition", "partitionId", "messageId", "transactionId", "producerSub", "createdAt",
+                        "deleted", "deletedAt"}
     assert hit["partitionId"] == r["partition_id"] and hit["createdAt"].endswith("Z")
+    assert hit["deleted"] is False and hit["deletedAt"] is None  # a tombstone says so (docs/decisions.md §9)
     # another queue with the same txn is not found
     assert http.get("/api/v1/messages/lookup", params={"queue": uniq("x"), "txn": "tx-1"}).json()["found"] is False
     m = http.get(f"/api/v1/messages/{r['partition_id']}/tx-1").json()

@@ -23,6 +23,8 @@ def test_tenants_are_isolated_and_grants_enforced(start_broker):
         # the other tenant sees nothing of it
         assert g.get("/api/v1/messages/lookup", params={"queue": q, "txn": "t1"}).json()["found"] is False
         assert g.get(f"/api/v1/messages/{pid}/t1").status_code == 404
+        # nor can delete it, admin grant or not: the address is not in its log (docs/decisions.md §9)
+        assert g.delete(f"/api/v1/messages/{pid}/t1").json()["error"] == "message_not_found"
         assert g.get(f"/api/v1/pop/queue/{q}", params={"wait": "false"}).status_code == 204
         # another tenant's delete finds no such queue (deleted: false, as for any missing queue) and
         # removes nothing: tenant a's message is still delivered below

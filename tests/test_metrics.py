@@ -4,10 +4,14 @@ worker that died stay counted."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import time
 from collections import Counter
+from pathlib import Path
+from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -77,3 +81,64 @@ def test_metrics_alias_and_series_exist(http):
     assert r.status_code == 200
     names = {f.name for f in text_string_to_metric_families(r.text)}
     assert {"queen_http_requests", "queen_http_request_duration_seconds"} <= names
+
+
+DASHBOARD = Path(__file__).resolve().parent.parent / "ops" / "grafana" / "queen.json"
+
+
+def _dashboard_queries() -> list[str]:
+    exprs: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                exprs.append(v) if k == "expr" and isinstance(v, str) else walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(json.loads(DASHBOARD.read_text()))
+    return exprs
+
+
+def _matches(got: str, op: str, want: str) -> bool:
+    """A PromQL label matcher (=, !=, =~; a regex matches the whole value)."""
+    if op == "=":
+        return got == want
+    if op == "!=":
+        return got != want
+    return re.fullmatch(want, got) is not None
+
+
+def test_every_series_the_dashboard_queries_is_served_at_boot(start_broker):
+    """A fresh broker, before any traffic: each selector of each dashboard query matches a sample that
+    carries the labels the query groups by (so a panel reads 0, not "no data")."""
+    exprs = _dashboard_queries()
+    assert len(exprs) >= 10, exprs
+    b = start_broker(workers=2)
+    r = httpx.get(b.url + "/metrics", timeout=10)
+    assert r.status_code == 200
+    samples = [s for f in text_string_to_metric_families(r.text) for s in f.samples]
+    missing = []
+    for expr in exprs:
+        by = {lbl.strip() for grp in re.findall(r"by \(([^)]*)\)", expr) for lbl in grp.split(",")} - {"le"}
+        for name, sel in re.findall(r"(queen_[a-z0-9_]+)(\{[^}]*\})?", expr):
+            matchers = re.findall(r'(\w+)(=~|!=|=)"([^"]*)"', sel)
+            hits = [s for s in samples if s.name == name and by <= set(s.labels)
+                    and all(_matches(s.labels.get(k, ""), op, v) for k, op, v in matchers)]
+            if not hits:
+                missing.append(f"{name}{sel} by {sorted(by)} (in {expr})")
+            elif name.endswith("_total"):
+                assert all(s.value == 0 for s in hits if s.labels.get("route") not in ("/metrics", "/health")), hits
+    assert not missing, "\n".join(missing)
+    # the label values of the closed sets, each at 0
+    for name, label, values in (
+        ("queen_messages_pushed_total", "source", {"push", "transaction", "timer", "stream", "dlq_replay"}),
+        ("queen_messages_acked_total", "status", {"completed", "success", "failed", "retry", "dlq"}),
+        ("queen_timers_fire_failures_total", "failure_class", {"transient", "permanent"}),
+        ("queen_limit_refusals_total", "code", {"quota_exceeded", "rate_limited", "kv_disabled"}),
+        ("queen_loop_restarts_total", "loop", {"sweeper", "log-retention", "kv-pruner", "listen"}),
+        ("queen_messages_deleted_total", "result", {"deleted", "already_deleted"}),
+    ):
+        have = {s.labels[label] for s in samples if s.name == name and s.value == 0}
+        assert values <= have, (name, values - have)

@@ -63,9 +63,9 @@ async def fingerprint(dsn: str) -> dict[str, list[tuple]]:
 
 async def test_apply_twice_is_a_no_op(pg):
     dsn = pg.new_db(template=False)
-    assert await migrate.apply_url(dsn) == all_versions()
+    assert (await migrate.run(dsn)).applied == all_versions()
     first = await fingerprint(dsn)
-    again = await migrate.run_url(dsn)
+    again = await migrate.run(dsn)
     assert (again.applied, again.functions, again.dropped) == ([], None, [])
     assert await fingerprint(dsn) == first
     assert first["recorded"] == [(m.version, m.name, m.checksum) for m in migrate.discover()]
@@ -74,7 +74,7 @@ async def test_apply_twice_is_a_no_op(pg):
 
 async def test_concurrent_starts_apply_each_version_once(pg):
     dsn = pg.new_db(template=False)
-    results = await asyncio.gather(*(migrate.apply_url(dsn) for _ in range(6)))
+    results = [out.applied for out in await asyncio.gather(*(migrate.run(dsn) for _ in range(6)))]
     flat = sorted(v for r in results for v in r)
     assert flat == all_versions(), f"versions applied per caller: {results}"
     assert sum(1 for r in results if r) == 1, "the first runner under the lock applies everything"
@@ -97,10 +97,10 @@ async def test_a_changed_applied_migration_is_refused(pg, tmp_path):
     conn = await asyncpg.connect(dsn)
     try:
         with pytest.raises(migrate.MigrationError, match=rf"{last.stem} was changed after it was applied"):
-            await migrate.apply(conn, d)
+            await migrate.run(conn, d)
         assert await conn.fetchval("SELECT to_regclass('queen_after_the_edit')") is None
         # The advisory lock was released: another run (with the true files) goes through at once.
-        assert await asyncio.wait_for(migrate.apply(conn), 10) == []
+        assert (await asyncio.wait_for(migrate.run(conn), 10)).applied == []
     finally:
         await conn.close()
 
@@ -115,13 +115,13 @@ async def test_a_failing_migration_rolls_back_alone(pg, tmp_path):
     conn = await asyncpg.connect(dsn)
     try:
         with pytest.raises(asyncpg.PostgresSyntaxError):
-            await migrate.apply(conn, d)
+            await migrate.run(conn, d)
         recorded = {r[0] for r in await conn.fetch("SELECT version FROM queen_schema_migrations")}
         assert 9998 in recorded and 9999 not in recorded
         assert await conn.fetchval("SELECT to_regclass('queen_fine')") == "queen_fine"
         assert await conn.fetchval("SELECT to_regclass('queen_half')") is None
         (d / "9999_broken.sql").write_text("CREATE TABLE queen_half (tenant text PRIMARY KEY);")
-        assert await migrate.apply(conn, d) == [9999]
+        assert (await migrate.run(conn, d)).applied == [9999]
     finally:
         await conn.close()
 
@@ -216,7 +216,7 @@ async def test_step_by_step_equals_from_scratch(pg):
     finally:
         await conn.close()
     scratch = pg.new_db(template=False)
-    assert await migrate.apply_url(scratch) == all_versions()
+    assert (await migrate.run(scratch)).applied == all_versions()
     built = await fingerprint(scratch)
     assert await fingerprint(stepped) == built
     assert await fingerprint(pg.new_db()) == built, "the tests' template database is the same schema"
@@ -375,7 +375,7 @@ async def _pre_squash_database(pg) -> str:
 async def test_a_pre_squash_database_is_refused_in_one_line(pg):
     dsn = await _pre_squash_database(pg)
     with pytest.raises(migrate.MigrationError) as exc:
-        await migrate.apply_url(dsn)
+        await migrate.run(dsn)
     assert str(exc.value) == migrate.PRE_SQUASH and "\n" not in migrate.PRE_SQUASH
     conn = await asyncpg.connect(dsn)
     try:
@@ -399,11 +399,11 @@ async def test_a_database_with_unknown_versions_is_refused(pg, tmp_path):
     (d / "9999_later.sql").write_text("CREATE TABLE queen_later (tenant text PRIMARY KEY);")
     conn = await asyncpg.connect(dsn)
     try:
-        assert await migrate.apply(conn, d) == [9999]
+        assert (await migrate.run(conn, d)).applied == [9999]
         with pytest.raises(
             migrate.MigrationError, match=r"records migration\(s\) 9999_later that .* recreate"
         ):
-            await migrate.apply(conn)
+            await migrate.run(conn)
     finally:
         await conn.close()
 

@@ -16,9 +16,11 @@ import pytest
 from helpers import apply_call, fire_call, take_and_lease, take_call
 
 from broker.codec import Codec
+from broker.log.calls import Push
+from broker.store import lock_keys
 from broker.store.pool import connect
 from broker.store.queries import Q
-from broker.timers.sweeper import BLOCKED_SLEEP_MS, CycleResult, Sweeper, SweeperConfig, failure_class
+from broker.timers.sweeper import BLOCKED_SLEEP_MS, CycleResult, Sweeper, SweeperConfig
 
 
 @pytest.fixture
@@ -49,6 +51,12 @@ async def schedule(conn: asyncpg.Connection, tenant: str, queue: str, keys: list
     return await conn.fetch(Q.timers_apply, *call.args())
 
 
+def one_push(queue: str, partition: str, message_id: uuid.UUID, txn: str) -> Push:
+    """One message of tenant t1 pushed straight into the log, as an earlier fire would have."""
+    return Push(tenant="t1", plain=[], queues=[queue], partitions=[partition], ids=[message_id], txns=[txn],
+                traces=[None], payloads=[b"{}"], codecs=[0], key_ids=[None], subs=["s"], deadline_ms=[None])
+
+
 async def faulty_timer(db: tuple[str, asyncpg.Connection], fault: str, count: int, ms: int,
                        **sweeper_kw: object) -> tuple[asyncpg.Connection, Sweeper]:
     """Timer t1/q/k due now whose next ``count`` fires meet the injected ``fault``, and a sweeper."""
@@ -75,7 +83,7 @@ async def test_fire_pushes_with_the_timers_identity_and_deletes_the_row(db, read
     [res] = await schedule(conn, "t1", "q", ["k"], txns=["tx-1"], partition="P", ready=ready)
     sw = sweeper(dsn, faults=False)
     out = await sw.run_once()
-    assert (out.claimed, out.fired) == (1, 1)
+    assert (out.taken, out.fired) == (1, 1)
     [m] = await log_rows(conn)
     assert (m["queue"], m["partition"], m["txn"], m["id"], m["producer_sub"]) == ("q", "P", "tx-1", res["message_id"], "sub-t1")
     assert m["payload"] == b'{"i": 0}'
@@ -92,13 +100,13 @@ async def test_a_cycle_is_one_statement_until_rows_need_a_pack(db):
     sw = sweeper(dsn, faults=False)
     await schedule(conn, "t1", "q", ["r1"], ready=True)
     out = await sw.run_once()
-    assert (out.claimed, out.fired, sw._in_tx) == (1, 1, False)
+    assert (out.taken, out.fired, sw._in_tx) == (1, 1, False)
     await schedule(conn, "t1", "q", ["p1", "p2"], ready=False)
     out = await sw.run_once()
-    assert (out.claimed, out.fired, sw._in_tx) == (2, 2, True)
+    assert (out.taken, out.fired, sw._in_tx) == (2, 2, True)
     await schedule(conn, "t1", "q", ["r2"], ready=True)
     out = await sw.run_once()  # in a transaction, fired by the database: back to one statement
-    assert (out.claimed, out.fired, sw._in_tx) == (1, 1, False)
+    assert (out.taken, out.fired, sw._in_tx) == (1, 1, False)
     assert [r["txn"] for r in await log_rows(conn)] == ["q-r1", "q-p1", "q-p2", "q-r2"]
     assert await conn.fetchval("SELECT count(*) FROM queen_timers") == 0
     await sw.stop()
@@ -128,7 +136,7 @@ async def test_a_fire_whose_commit_fails_counts_nothing_and_fires_later(db):
 
     await conn.execute("DROP TRIGGER test_refuse_commit ON queen_messages")
     out = await sw.run_once()
-    assert (out.claimed, out.fired, sw.fired) == (1, 1, 1)
+    assert (out.taken, out.fired, sw.fired) == (1, 1, 1)
     assert REGISTRY.get_sample_value("queen_timers_fired_total") == before + 1
     assert [m["txn"] for m in await log_rows(conn)] == ["tx-1"]
     await sw.stop()
@@ -139,7 +147,7 @@ async def test_nothing_due_reports_when_the_next_is(db):
     await schedule(conn, "t1", "q", ["later"], delays=[3_000])
     sw = sweeper(dsn)
     out = await sw.run_once()
-    assert out.claimed == 0 and 2_000 < out.next_due_ms <= 3_000
+    assert out.taken == 0 and 2_000 < out.next_due_ms <= 3_000
     assert sw.config.clamp_sleep_ms(out.next_due_ms) == 200  # clamped to the max sleep
     assert sw.config.clamp_sleep_ms(-50) == 5 and sw.config.clamp_sleep_ms(None) == 200
     await sw.stop()
@@ -224,11 +232,11 @@ async def test_a_burst_of_one_tenant_does_not_starve_another(db, ready):
     await schedule(conn, "tenant-b", "q", [f"b{i}" for i in range(5)], delays=[0] * 5, ready=ready)
     sw = sweeper(dsn, faults=False, batch=100)
     out = await sw.run_once()
-    assert out.claimed <= 100 and out.more_due(100)
+    assert out.taken <= 100 and out.more_due(100)
     assert len(await log_rows(conn, "tenant-b")) == 5  # B's due timers went out in the first cycle
     assert len(await log_rows(conn, "tenant-a")) == out.fired - 5
     # and the rest of A drains in later cycles
-    while (await sw.run_once()).claimed:
+    while (await sw.run_once()).taken:
         pass
     assert len(await log_rows(conn, "tenant-a")) == 1500
     await sw.stop()
@@ -239,9 +247,7 @@ async def test_refire_after_a_lost_commit_is_a_duplicate_not_a_second_frame(db, 
     dsn, conn = db
     [res] = await schedule(conn, "t1", "q", ["k"], txns=["tx-dup"], ready=ready)
     # the message is already in the log (the earlier fire committed, its answer was lost)
-    await conn.fetch("SELECT * FROM queen_push('t1', ARRAY['q'], ARRAY['Default'], ARRAY[$1::uuid], ARRAY['tx-dup'], "
-                     "ARRAY[NULL::uuid], ARRAY['{}'::bytea], ARRAY[0::smallint], ARRAY[NULL::text], ARRAY['s'], "
-                     "ARRAY[NULL::bigint])", res["message_id"])
+    await conn.fetch(Q.log_push, *one_push("q", "Default", res["message_id"], "tx-dup").args())
     sw = sweeper(dsn, faults=False)
     out = await sw.run_once()
     assert (out.fired, out.duplicates) == (0, 1)
@@ -257,9 +263,8 @@ async def test_fire_answers_each_row_with_its_own_queue_key_and_lag(db):
     dsn, conn = db
     await schedule(conn, "t1", "qb", [f"b{i}" for i in range(5)], delays=[-400 + 10 * i for i in range(5)], partition="P2")
     await schedule(conn, "t1", "qa", [f"a{i}" for i in range(5)], delays=[-200 - 10 * i for i in range(5)], partition="P1")
-    await conn.fetch("SELECT * FROM queen_push('t1', ARRAY['qa'], ARRAY['P1'], ARRAY[gen_random_uuid()], ARRAY['qa-a3'], "
-                     "ARRAY[NULL::uuid], ARRAY['{}'::bytea], ARRAY[0::smallint], ARRAY[NULL::text], ARRAY['s'], "
-                     "ARRAY[NULL::bigint])")  # a3 already went out (a lost commit): a duplicate
+    # a3 already went out (a lost commit): a duplicate
+    await conn.fetch(Q.log_push, *one_push("qa", "P1", uuid.uuid4(), "qa-a3").args())
     async with conn.transaction():
         rows = [r for r in await conn.fetch(Q.timers_take, *take_call(100).args()) if r["tenant"] is not None]
         out = await conn.fetch(Q.timers_fire, *fire_call(rows).args())
@@ -301,7 +306,7 @@ async def test_permanent_failures_back_off_then_go_to_the_dlq(db):
         assert row["attempts"] == attempt and "not valid JSON" in row["last_error"] and row["claimed"] is False
         due_in = await conn.fetchval("SELECT extract(epoch FROM due_at - now()) FROM queen_timers")
         assert due_in > 0  # backing off: not due, not claimed
-        assert (await sw.run_once()).claimed == 0
+        assert (await sw.run_once()).taken == 0
         await make_due(conn)
     out = await sw.run_once()
     assert out.dlq == 1
@@ -346,16 +351,6 @@ async def test_reschedule_resets_the_attempt_budget(db):
     await sw.stop()
 
 
-def test_failure_classes():
-    assert failure_class(asyncpg.exceptions.SerializationError("x")) == "transient"  # 40001
-    assert failure_class(asyncpg.exceptions.DeadlockDetectedError("x")) == "transient"  # 40P01
-    assert failure_class(asyncpg.exceptions.TooManyConnectionsError("x")) == "transient"  # 53300
-    assert failure_class(asyncpg.exceptions.AdminShutdownError("x")) == "transient"  # 57P01
-    assert failure_class(ConnectionResetError()) == "transient"
-    assert failure_class(asyncpg.exceptions.UniqueViolationError("x")) == "permanent"
-    assert failure_class(asyncpg.exceptions.CheckViolationError("x")) == "permanent"
-
-
 async def claim(conn: asyncpg.Connection, *, batch: int = 100, lease_ms: int = 60_000) -> list:
     return await take_and_lease(conn, lease_ms=lease_ms, batch=batch, claimed_by="test-claim")
 
@@ -382,7 +377,7 @@ async def test_sweepers_fire_side_by_side_with_no_lock_and_claims_own_whole_part
     assert (await b.run_once()).fired == 0
     assert [r["timer_key"] for r in await conn.fetch("SELECT timer_key FROM queen_timers ORDER BY 1")] == ["p1", "p2"]
     # the claim is handed back (or expires): the partition is free again, fired in deliverAt order
-    await conn.execute(Q.timers_release_hook_claims, "t1", None, None)
+    await conn.execute(Q.timers_release_hook_leases, "t1", None, None)
     assert (await b.run_once()).fired == 2
     assert [r["txn"] for r in await log_rows(conn) if r["queue"] == "q" and r["partition"] == "P"] == ["q-p1", "q-p2"]
     await a.stop()
@@ -416,8 +411,8 @@ async def test_concurrent_sweepers_share_a_burst_and_keep_each_partitions_order(
         idle = 0
         while idle < 3:
             res = await sw.run_once()
-            idle = 0 if res.claimed else idle + 1
-            await asyncio.sleep(0.002 if res.claimed else 0.02)
+            idle = 0 if res.taken else idle + 1
+            await asyncio.sleep(0.002 if res.taken else 0.02)
 
     await asyncio.gather(*(drain(sw) for sw in sweepers))
     assert sum(sw.fired for sw in sweepers) == parts * per
@@ -442,7 +437,7 @@ async def test_a_partition_another_claimer_is_taking_right_now_is_skipped(db):
     tx = other.transaction()
     await tx.start()
     try:
-        await other.execute("SELECT pg_advisory_xact_lock(1364478285, hashtext($1))", "t1\x1fq\x1fP")
+        await other.execute("SELECT pg_advisory_xact_lock($1, hashtext($2))", lock_keys.TIMERS_PARTITION, "t1\x1fq\x1fP")
         assert [r["timer_key"] for r in await claim(conn)] == ["o"]
     finally:
         await tx.rollback()
@@ -544,7 +539,7 @@ async def test_drain_hands_back_held_claims(db):
     await sw.stop(timeout_s=5)
     row = await conn.fetchrow("SELECT claim_token, claimed_until, due_at <= now() AS due FROM queen_timers")
     assert row["claim_token"] is None and row["claimed_until"] is None and row["due"] is True
-    assert not sw.held
+    assert not sw.leases
     task.cancel()
     other = sweeper(dsn)
     assert (await other.run_once()).fired == 1  # fired at once, not after the 60 s lease
@@ -599,7 +594,7 @@ async def test_a_take_writes_nothing_and_a_cancel_or_reschedule_while_packing_wi
 
     sw._settle = meanwhile  # type: ignore[method-assign]
     out = await sw.run_once()
-    assert (out.claimed, out.fired) == (3, 1)
+    assert (out.taken, out.fired) == (3, 1)
     assert [r["txn"] for r in await log_rows(conn)] == ["q-c"]
     [b] = await conn.fetch("SELECT timer_key, payload FROM queen_timers")
     assert (b["timer_key"], b["payload"]) == ("b", b'{"new": true}')  # pending, with its new payload
@@ -636,11 +631,11 @@ async def test_a_partition_is_held_until_the_fire_commits_and_a_dead_sweeper_fre
     await tx.start()
     assert {r["partition"] for r in await take(other)} == {"O", "P"}
     sw = sweeper(dsn)
-    assert (await sw.run_once()).claimed == 0  # both partitions are held by the open fire transaction
+    assert (await sw.run_once()).taken == 0  # both partitions are held by the open fire transaction
     other.terminate()  # the sweeper dies mid-cycle: the database rolls its transaction back
     for _ in range(100):
         out = await sw.run_once()
-        if out.claimed:
+        if out.taken:
             break
         await asyncio.sleep(0.02)
     assert out.fired == 3  # at once: nothing was stamped, there is no lease to wait out
@@ -678,7 +673,7 @@ async def test_a_fire_the_database_refuses_finds_the_row_at_fault_in_the_same_tr
     await schedule(conn, "t1", "q", ["a", "b", "c"], txns=["ta", "poison", "tc"], partition="P", ready=ready)
     sw = sweeper(dsn, faults=False)
     out = await sw.run_once()
-    assert (out.claimed, out.fired, out.backoff) == (3, 2, 1)
+    assert (out.taken, out.fired, out.backoff) == (3, 2, 1)
     assert [r["txn"] for r in await log_rows(conn)] == ["ta", "tc"]
     row = await conn.fetchrow("SELECT timer_key, attempts, last_error, claim_token FROM queen_timers")
     assert (row["timer_key"], row["attempts"], row["claim_token"]) == ("b", 1, None)
@@ -708,7 +703,7 @@ async def test_a_ready_batch_fires_inside_the_take_statement_without_the_pack(db
     sw = sweeper(dsn)
     packed = no_pack(sw)
     out = await sw.run_once()
-    assert (out.claimed, out.fired, packed) == (5, 5, [])
+    assert (out.taken, out.fired, packed) == (5, 5, [])
     assert len(out.lags) == 5 and all(0 <= lag < 5 for lag in out.lags)
     rows = await log_rows(conn)
     assert [json.loads(r["payload"])["d"] for r in rows] == [-50, -40, -30, -20, -10]
@@ -726,7 +721,7 @@ async def test_one_row_not_ready_sends_the_whole_batch_through_the_pack(db):
     sw = sweeper(dsn)
     packed = no_pack(sw)
     out = await sw.run_once()
-    assert (out.claimed, out.fired, out.backoff, packed) == (3, 2, 1, [3])
+    assert (out.taken, out.fired, out.backoff, packed) == (3, 2, 1, [3])
     assert [r["payload"] for r in await log_rows(conn)] == [b'"a"', b'"c"']
     row = await conn.fetchrow("SELECT timer_key, attempts, last_error FROM queen_timers")
     assert (row["timer_key"], row["attempts"]) == ("b", 1) and "JSON" in row["last_error"]
@@ -751,8 +746,8 @@ async def test_a_sweep_that_takes_nothing_reports_the_next_due_instant_and_the_p
     await schedule(conn, "t1", "q", ["later"], delays=[3_000], ready=True)
     sw = sweeper(dsn)
     out = await sw.run_once()
-    assert (out.claimed, out.paused) == (0, False) and 2_000 < out.next_due_ms <= 3_000
+    assert (out.taken, out.paused) == (0, False) and 2_000 < out.next_due_ms <= 3_000
     await conn.execute("UPDATE queen_timer_switches SET sweeper_paused = true WHERE tenant = '*'")
     out = await sw.run_once()
-    assert (out.claimed, out.paused) == (0, True)
+    assert (out.taken, out.paused) == (0, True)
     await sw.stop()

@@ -17,7 +17,7 @@ from conftest import uniq
 from helpers import b64, refused, timer_op
 
 from broker.errors import TIMERS_HINT_HEADER
-from broker.timers.ops import SERVER_OWNED
+from broker.timers.parse import SERVER_OWNED
 
 ISO_US = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 sched = partial(timer_op, payload=b'{"n": 1}')

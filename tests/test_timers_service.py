@@ -16,7 +16,7 @@ from helpers import apply_call, sql_apply
 from broker.codec import Codec
 from broker.store.pool import connect
 from broker.store.queries import Q
-from broker.timers.ops import TimerOp
+from broker.timers.parse import TimerOp
 from broker.timers.service import _call, log_ready
 
 

@@ -13,6 +13,7 @@ import pytest
 from helpers import Api, db_fetch, timer_op, wait_for
 
 from broker.config import Settings
+from broker.store import lock_keys
 from broker.store.pool import connect, create_pool
 from broker.timers import vacuum
 
@@ -86,9 +87,9 @@ async def test_one_vacuum_at_a_time_across_workers(db):
     conn, pool = db
     await fired(conn, 2_000)
     async with pool.acquire() as holder:  # another worker inside its vacuum holds the lock
-        assert await holder.fetchval("SELECT pg_try_advisory_lock(1364478286, 1)")
+        assert await holder.fetchval("SELECT pg_try_advisory_lock($1, 1)", lock_keys.TIMERS_VACUUM)
         assert await vacuum.vacuum_once(pool, 1_000) is False
-        await holder.fetchval("SELECT pg_advisory_unlock(1364478286, 1)")
+        await holder.fetchval("SELECT pg_advisory_unlock($1, 1)", lock_keys.TIMERS_VACUUM)
     assert (await conn.fetchrow(COUNTS))["vacuums"] == 0
     assert await vacuum.vacuum_once(pool, 1_000) is True
 
@@ -110,7 +111,7 @@ async def test_the_vacuum_is_throttled_and_leaves_its_connection_as_it_found_it(
         assert (await conn.fetchrow(COUNTS))["vacuums"] == 1
         async with pool.acquire() as c:
             assert await c.fetchval("SHOW vacuum_cost_delay") == default
-            assert await c.fetchval("SELECT pg_try_advisory_lock(1364478286, 1)")  # the loop's lock released
+            assert await c.fetchval("SELECT pg_try_advisory_lock($1, 1)", lock_keys.TIMERS_VACUUM)  # the loop's lock released
     finally:
         await pool.close()
 

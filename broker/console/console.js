@@ -6,7 +6,9 @@
 const TOKEN_KEY = "queen.console.token";
 const view = document.getElementById("view");
 const flash = document.getElementById("flash");
-const state = { timersQueue: null, timersAfter: [], dlqOffset: 0, dlqFilters: {}, lag: [], lagTimer: null, view: null };
+const state = { timersQueue: null, timersAfter: [], dlqOffset: 0, dlqFilters: {}, view: null,
+  samples: [], sampler: null, liveError: null, charts: {}, backlogSet: "" };
+const SAMPLE_MS = 2000, KEEP_MS = 10 * 60 * 1000;
 
 // ---------------------------------------------------------------- helpers
 
@@ -147,7 +149,7 @@ async function viewQueue(name) {
 async function viewTimers(arg) {
   if (arg) { state.timersQueue = arg; state.timersAfter = [null]; }
   view.innerHTML = `<h2>Timers</h2>
-    <div class="panel" id="lag-panel"><h3>Fire lag and rate (this broker's /metrics/prometheus, sampled every 2 s)</h3>
+    <div class="panel" id="lag-panel"><h3>Fire lag and rate (this broker's counters, sampled every 2 s; charts in <a href="#live">Live</a>)</h3>
       <div id="lag-stats" class="muted">sampling…</div><div id="lag-chart"></div></div>
     <h3>Pending per queue</h3><div id="timers-overview">Loading…</div>
     <h3>Next due</h3><div id="timers-next"></div>
@@ -165,7 +167,7 @@ async function viewTimers(arg) {
   });
   document.getElementById("peek-key").addEventListener("click", () => peekTimer(currentQueue(), document.getElementById("timer-key").value));
   document.getElementById("cancel-key").addEventListener("click", () => cancelTimer(currentQueue(), document.getElementById("timer-key").value));
-  startLag();
+  renderLag();
   const ov = document.getElementById("timers-overview"), nx = document.getElementById("timers-next");
   try {
     const o = await api("GET", "/api/v1/timers-overview");
@@ -244,24 +246,35 @@ async function cancelTimer(q, key) {
   } catch (e) { el.innerHTML = errorHtml(e, "cancel"); }
 }
 
-// Live fire lag: scrape /metrics/prometheus every 2 s, keep 10 minutes, and compute quantiles from the
-// difference of the histogram's cumulative buckets between two samples (as histogram_quantile does).
-function parseProm(text) {
-  const lag = new Map(); let fired = 0, pending = null, count = 0;
-  for (const line of text.split("\n")) {
-    if (!line || line[0] === "#") continue;
-    const m = line.match(/^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)/);
-    if (!m) continue;
-    const [, name, labels, value] = m, v = Number(value);
-    if (name === "queen_timers_fire_lag_seconds_bucket") {
-      const le = /le="([^"]+)"/.exec(labels || "");
-      if (le) lag.set(le[1], (lag.get(le[1]) || 0) + v);
-    } else if (name === "queen_timers_fire_lag_seconds_count") count += v;
-    else if (name === "queen_timers_fired_total") fired += v;
-    else if (name === "queen_timers_pending") pending = (pending || 0) + v;
+// ---------------------------------------------------------------- live samples
+// One sampler for the whole tab, from the moment the page opens: GET /api/v1/status/live every 2 s (the
+// broker's counters and this tenant's backlog), the last 10 minutes kept in memory. Rates and quantiles
+// are differences between two samples (as Prometheus' rate() and histogram_quantile() compute them).
+
+function toSample(d) {
+  const m = d.metrics, lag = m.fireLag;
+  const buckets = lag.le.map((le, i) => [le, lag.counts[i]]).concat([[Infinity, lag.count]]);
+  return { t: Date.now(), m, buckets, fired: m.timersFired, pending: m.timersPending, count: lag.count,
+    queues: d.queues, other: d.otherQueues, deadLetters: d.deadLetters, backlog: d.pending };
+}
+
+async function takeSample() {
+  try {
+    state.samples.push(toSample(await api("GET", "/api/v1/status/live")));
+    state.liveError = null;
+    const cutoff = Date.now() - KEEP_MS;
+    while (state.samples.length > 2 && state.samples[0].t < cutoff) state.samples.shift();
+  } catch (e) {
+    state.liveError = e;
   }
-  const buckets = [...lag.entries()].map(([le, c]) => [le === "+Inf" ? Infinity : Number(le), c]).sort((a, b) => a[0] - b[0]);
-  return { t: Date.now(), buckets, fired, pending, count };
+  if (state.view === "timers") renderLag();
+  if (state.view === "live") renderLive();
+}
+
+function startSampler() {
+  if (state.sampler) return;
+  takeSample();
+  state.sampler = setInterval(takeSample, SAMPLE_MS);
 }
 
 function quantile(q, a, b) {
@@ -292,25 +305,11 @@ function spark(points, label, unit) {
     `<text x="4" y="${h - 3}" font-size="10" fill="#6b7385">${esc(label)} (max ${esc(unit(max))}, last ${Math.round((t1 - t0) / 1000)} s)</text></svg>`;
 }
 
-async function sampleLag() {
-  try {
-    const resp = await fetch("/metrics/prometheus");
-    if (!resp.ok) throw new Error(`HTTP ${resp.status}`);
-    state.lag.push(parseProm(await resp.text()));
-    const cutoff = Date.now() - 10 * 60 * 1000;
-    while (state.lag.length > 2 && state.lag[0].t < cutoff) state.lag.shift();
-  } catch (e) {
-    const el = document.getElementById("lag-stats");
-    if (el) el.innerHTML = `<div class="error">metrics unavailable: ${esc(e.message)}</div>`;
-    return;
-  }
-  renderLag();
-}
-
 function renderLag() {
   const el = document.getElementById("lag-stats"), chart = document.getElementById("lag-chart");
-  if (!el || state.lag.length < 2) { if (el) el.textContent = "sampling… (two scrapes are needed)"; return; }
-  const s = state.lag, last = s[s.length - 1], prev = s[s.length - 2];
+  if (el && state.liveError) { el.innerHTML = errorHtml(state.liveError, "live figures"); return; }
+  if (!el || state.samples.length < 2) { if (el) el.textContent = "sampling… (two samples are needed)"; return; }
+  const s = state.samples, last = s[s.length - 1], prev = s[s.length - 2];
   const oneMin = s.find((x) => x.t >= last.t - 60_000) || s[0];
   const first = s[0];
   const rate = (last.fired - prev.fired) / ((last.t - prev.t) / 1000);
@@ -332,10 +331,113 @@ function renderLag() {
   chart.innerHTML = `<div class="row">${spark(p99, "fire lag p99 (1-min window)", ms)}${spark(fr, "fired/s", (v) => v.toFixed(1))}</div>`;
 }
 
-function startLag() {
-  if (state.lagTimer) return;
-  sampleLag();
-  state.lagTimer = setInterval(() => { if (state.view === "timers") sampleLag(); }, 2000);
+function rate(a, b, key) {
+  const dt = (b.t - a.t) / 1000;
+  return dt > 0 ? Math.max(0, (b.m[key] - a.m[key]) / dt) : 0;  // a counter never goes down: a reset reads 0
+}
+
+// ---------------------------------------------------------------- live charts (uPlot)
+
+const PALETTE = ["#3d5078", "#d9822b", "#2b8a3e", "#c92a2a", "#7048e8", "#1098ad", "#a61e4d", "#5c940d", "#868e96"];
+
+const COUNT_INCRS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6, 1e7, 1e8];
+
+function chartOpts(id, title, labels, unit) {
+  const whole = id === "backlog" || id === "dlq", dashed = (i) => id === "rates" && i === 2;
+  const box = document.getElementById("live-grid");
+  const width = Math.max(320, Math.floor(((box && box.clientWidth) || 1200) / 2) - 28);
+  return {
+    title, width, height: 190,
+    scales: { x: { time: true }, y: { range: (u, min, max) => [0, max > 0 ? max * 1.1 : 1] } },
+    // counts (backlog, dead letters) get whole-number ticks only
+    axes: [{}, Object.assign({ size: 60, values: (u, vals) => vals.map((v) => unit(v)) }, whole ? { incrs: COUNT_INCRS } : {})],
+    // a dashed line for a series drawn over another (acked/s over popped/s when every pop is acked)
+    series: [{}].concat(labels.map((label, i) => ({ label, stroke: PALETTE[i % PALETTE.length], width: dashed(i) ? 2 : 1.5,
+      dash: dashed(i) ? [6, 4] : undefined, value: (u, v) => (v === null || v === undefined ? "—" : unit(v)) }))),
+  };
+}
+
+// The charts' data from the samples: x in seconds; a rate or a quantile needs the sample before.
+function liveData() {
+  const s = state.samples, xs = [], push = [], pop = [], ack = [], fired = [], p50 = [], p99 = [], dlq = [];
+  for (let i = 1; i < s.length; i++) {
+    const a = s[i - 1], b = s[i], base = s.find((x) => x.t >= b.t - 60_000) || s[0];
+    xs.push(b.t / 1000);
+    push.push(rate(a, b, "pushed")); pop.push(rate(a, b, "popped")); ack.push(rate(a, b, "acked"));
+    fired.push(rate(a, b, "timersFired"));
+    p50.push(base === b ? null : quantile(0.5, base, b)); p99.push(base === b ? null : quantile(0.99, base, b));
+    dlq.push(b.deadLetters);
+  }
+  // backlog: the queues of the latest sample (largest first), each followed back through the samples
+  const last = s[s.length - 1], names = last ? last.queues.map((q) => q.name) : [];
+  const backlog = names.map((n) => s.slice(1).map((x) => { const q = x.queues.find((y) => y.name === n); return q ? q.pending : null; }));
+  if (last && last.other.count) { names.push(`${last.other.count} other queues`); backlog.push(s.slice(1).map((x) => x.other.pending)); }
+  return { xs, rates: [push, pop, ack], fired: [fired], lag: [p50, p99], dlq: [dlq], backlog, names };
+}
+
+const CHARTS = [
+  ["rates", "Messages per second (broker)", () => ["pushed/s", "popped/s", "acked/s"], (v) => v.toFixed(1)],
+  ["fired", "Timers fired per second (broker)", () => ["fired/s"], (v) => v.toFixed(1)],
+  ["lag", "Timer fire lag, 1-min window (broker)", () => ["p50", "p99"], (v) => ms(v)],
+  ["backlog", "Backlog per queue: pending behind the slowest group (your tenant)", (d) => d.names, (v) => num(Math.round(v))],
+  ["dlq", "Dead letters stored (your tenant)", () => ["dead letters"], (v) => num(Math.round(v))],
+];
+
+function drawChart(id, title, labels, unit, data) {
+  const el = document.getElementById(`chart-${id}`);
+  if (!el) return;
+  const series = id === "backlog" ? data.backlog : data[id];
+  const rows = [data.xs].concat(series);
+  const key = labels.join("\u0000");
+  let u = state.charts[id];
+  if (u && (u.queenKey !== key || !el.contains(u.root))) { u.destroy(); delete state.charts[id]; u = null; }
+  if (!u) {
+    if (!labels.length) { el.innerHTML = `<p class="muted">${esc(title)}: no queues yet</p>`; el.dataset.points = "0"; return; }
+    el.innerHTML = "";
+    u = new uPlot(chartOpts(id, title, labels, unit), rows, el);
+    u.queenKey = key;
+    state.charts[id] = u;
+  } else {
+    u.setData(rows);
+  }
+  // what a test (or a curious operator) reads: how many points, which series ever left zero
+  el.dataset.points = String(data.xs.length);
+  el.dataset.moved = labels.filter((_, i) => (series[i] || []).some((v) => v > 0)).join(",");
+}
+
+function renderLive() {
+  const stats = document.getElementById("live-stats");
+  if (!stats) return;
+  if (state.liveError) { stats.innerHTML = errorHtml(state.liveError, "live figures"); return; }
+  const s = state.samples, n = s.length;
+  if (n < 2) { stats.innerHTML = `<span class="muted">sampling every ${SAMPLE_MS / 1000} s… (two samples are needed)</span>`; }
+  else {
+    const a = s[n - 2], b = s[n - 1], base = s.find((x) => x.t >= b.t - 60_000) || s[0];
+    stats.innerHTML =
+      `<span class="stat">pushed/s<b id="live-push">${rate(a, b, "pushed").toFixed(1)}</b></span>` +
+      `<span class="stat">popped/s<b id="live-pop">${rate(a, b, "popped").toFixed(1)}</b></span>` +
+      `<span class="stat">acked/s<b id="live-ack">${rate(a, b, "acked").toFixed(1)}</b></span>` +
+      `<span class="stat">timers fired/s<b id="live-fired">${rate(a, b, "timersFired").toFixed(1)}</b></span>` +
+      `<span class="stat">fire lag p99 (1 min)<b id="live-p99">${ms(base === b ? null : quantile(0.99, base, b))}</b></span>` +
+      `<span class="stat">backlog (tenant)<b id="live-backlog">${num(b.backlog)}</b></span>` +
+      `<span class="stat">dead letters (tenant)<b id="live-dlq">${num(b.deadLetters)}</b>` +
+      `<span class="muted">${b.deadLetters - base.deadLetters >= 0 ? "+" : ""}${num(b.deadLetters - base.deadLetters)} in the last minute</span></span>`;
+  }
+  if (typeof uPlot === "undefined") {
+    document.getElementById("live-grid").innerHTML = `<div class="error">the charting library did not load (/console/vendor/uplot/uPlot.iife.min.js)</div>`;
+    return;
+  }
+  const data = liveData();
+  for (const [id, title, labels, unit] of CHARTS) drawChart(id, title, labels(data), unit, data);
+}
+
+async function viewLive() {
+  for (const id of Object.keys(state.charts)) { state.charts[id].destroy(); delete state.charts[id]; }
+  view.innerHTML = `<h2>Live <span class="muted">(the last ${KEEP_MS / 60000} minutes while this tab is open, sampled every ${SAMPLE_MS / 1000} s)</span></h2>
+    <div class="panel" id="live-stats"></div>
+    <div id="live-grid" class="charts">${CHARTS.map(([id]) => `<div class="panel chart" id="chart-${id}" data-points="0"></div>`).join("")}</div>
+    <p class="muted">Broker figures count every tenant and worker (the counters of /metrics); tenant figures are your token's.</p>`;
+  renderLive();
 }
 
 // ---------------------------------------------------------------- DLQ
@@ -477,7 +579,7 @@ async function loadPlan(tenant) {
 
 // ---------------------------------------------------------------- routing
 
-const VIEWS = { queues: viewQueues, timers: viewTimers, dlq: viewDlq, tenants: viewTenants };
+const VIEWS = { live: viewLive, queues: viewQueues, timers: viewTimers, dlq: viewDlq, tenants: viewTenants };
 
 async function route() {
   clearFlash();
@@ -497,10 +599,13 @@ document.getElementById("auth").addEventListener("submit", async (ev) => {
   const t = document.getElementById("token").value.trim().replace(/^bearer\s+/i, "");
   if (t) sessionStorage.setItem(TOKEN_KEY, t); else sessionStorage.removeItem(TOKEN_KEY);
   document.getElementById("token").value = "";
+  state.samples.length = 0;  // another credential, maybe another tenant: its figures start afresh
   const w = await whoami();
   await route();
   if (!w) showFlash(`<div class="error">This token was refused; see the message on the right.</div>`);
 });
-document.getElementById("forget").addEventListener("click", () => { sessionStorage.removeItem(TOKEN_KEY); whoami(); route(); });
+document.getElementById("forget").addEventListener("click", () => { sessionStorage.removeItem(TOKEN_KEY); state.samples.length = 0; whoami(); route(); });
 window.addEventListener("hashchange", route);
 whoami().then(route);
+startSampler();
+window.queenCharts = state.charts;  // the live charts' uPlot instances, for tests and the curious

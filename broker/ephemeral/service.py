@@ -7,7 +7,6 @@ for ``count`` (or ``batch``) of them."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -15,14 +14,11 @@ import asyncpg
 
 from broker import limits, metering
 from broker.auth import Principal
-from broker.config import Settings
 from broker.ephemeral import parse
 from broker.ephemeral.calls import EphAck, EphConfigure, EphPop
 from broker.errors import BadRequest, TooManyRequests
 from broker.log.waiters import Waiters
 from broker.metrics import EPHEMERAL_MESSAGES
-from broker.process.loops import in_batches
-from broker.store.pool import Executor
 from broker.store.queries import Q
 
 if TYPE_CHECKING:
@@ -158,21 +154,3 @@ def _message(r: Any) -> dict[str, Any]:
     if r["last_error"] is not None:
         msg["lastError"] = r["last_error"]
     return msg
-
-
-EXPIRY_BATCH = 10_000
-
-
-async def expire_once(pool: Executor, idle_s: int) -> int:
-    """One pass of the ``ephemeral-expiry`` loop: how many expired messages went (implicit queues empty
-    and idle for ``idle_s`` are forgotten on the way)."""
-    n = int(await pool.fetchval(Q.eph_sweep, EXPIRY_BATCH, idle_s))
-    if n:
-        EPHEMERAL_MESSAGES.labels("expired").inc(n)
-    return n
-
-
-async def expiry_loop(pool: Callable[[], asyncpg.Pool], s: Settings) -> None:
-    """The ``ephemeral-expiry`` loop body (started by ``broker.services``)."""
-    await in_batches(lambda: expire_once(pool(), s.ephemeral_idle_s), EXPIRY_BATCH,
-                     s.ephemeral_expiry_interval_ms / 1000.0)

@@ -18,7 +18,7 @@ import asyncio
 import orjson
 from aiohttp import web
 
-from broker.context import BROKER, principal
+from broker.context import broker, principal
 from broker.errors import Forbidden
 from broker.http.wire import json_response, q_int, read_object
 
@@ -40,7 +40,7 @@ async def admin_ping(request: web.Request) -> web.Response:
 
 
 async def sleep_hook(request: web.Request) -> web.StreamResponse:
-    if not request.app[BROKER].settings.test_hooks:
+    if not broker(request).settings.test_hooks:
         raise Forbidden("test_hooks_disabled", "test hooks are off; start the broker with QUEEN_TEST_HOOKS=1")
     ms = q_int(request, "ms", 1_000, lo=0, hi=MAX_SLEEP_MS)
     # The status line and headers go out first, so a test knows the request is in flight in a worker
@@ -48,7 +48,7 @@ async def sleep_hook(request: web.Request) -> web.StreamResponse:
     resp = web.StreamResponse(headers={"Content-Type": "application/json"})
     await resp.prepare(request)
     await asyncio.sleep(ms / 1000)
-    await resp.write(orjson.dumps({"slept_ms": ms, "worker_id": request.app[BROKER].worker_index}))
+    await resp.write(orjson.dumps({"slept_ms": ms, "worker_id": broker(request).worker_index}))
     await resp.write_eof()
     return resp
 

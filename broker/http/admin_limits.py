@@ -24,7 +24,7 @@ from typing import Any
 from aiohttp import web
 
 from broker import limits
-from broker.context import BROKER, principal
+from broker.context import broker, principal
 from broker.errors import BadRequest
 from broker.http.wire import json_response, read_object
 
@@ -59,7 +59,7 @@ def wire_plan(plan: limits.Plan | dict[str, Any] | None) -> dict[str, Any] | Non
 
 
 async def _plan_answer(request: web.Request, tenant: str) -> dict[str, Any]:
-    b = request.app[BROKER]
+    b = broker(request)
     stored = await limits.stored_plan(b, tenant)
     cell = limits.cell_plan(b.settings)
     return {
@@ -77,7 +77,7 @@ async def plan_get(request: web.Request) -> web.Response:
 
 async def plan_put(request: web.Request) -> web.Response:
     tenant = _tenant(request)
-    b = request.app[BROKER]
+    b = broker(request)
     body = await read_object(request)
     cell = limits.cell_plan(b.settings)
     values: dict[str, int | None] = {n: None for n in limits.PLAN_FIELDS}
@@ -103,7 +103,7 @@ async def plan_put(request: web.Request) -> web.Response:
 
 async def plan_delete(request: web.Request) -> web.Response:
     tenant = _tenant(request)
-    deleted = await limits.delete_plan(request.app[BROKER], tenant)
+    deleted = await limits.delete_plan(broker(request), tenant)
     return json_response({"tenant": tenant, "deleted": deleted})
 
 
@@ -117,21 +117,21 @@ def _flag(body: dict[str, Any], name: str) -> bool:
 async def paused(request: web.Request) -> web.Response:
     tenant = _tenant(request)
     value = _flag(await read_object(request), "paused") if request.method == "POST" else None
-    now = await limits.timers_paused(request.app[BROKER], tenant, value)
+    now = await limits.timers_paused(broker(request), tenant, value)
     return json_response({"tenant": tenant, "paused": now})
 
 
 async def suspended(request: web.Request) -> web.Response:
     principal(request).require("admin")
     value = _flag(await read_object(request), "suspended") if request.method == "POST" else None
-    now = await limits.cluster_suspended(request.app[BROKER], value)
+    now = await limits.cluster_suspended(broker(request), value)
     return json_response({"suspended": now})
 
 
 async def kv_switch(request: web.Request) -> web.Response:
     principal(request).require("admin")
     value = _flag(await read_object(request), "enabled") if request.method == "POST" else None
-    now = await limits.kv_enabled(request.app[BROKER], value)
+    now = await limits.kv_enabled(broker(request), value)
     return json_response({"enabled": now})
 
 

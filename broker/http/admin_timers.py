@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from broker.context import BROKER, principal
+from broker.context import broker, principal
 from broker.errors import BadRequest
 from broker.http.wire import json_response, read_object
 from broker.timers import switches
@@ -31,19 +31,19 @@ async def _flag(request: web.Request, name: str) -> bool:
 
 async def get_switches(request: web.Request) -> web.Response:
     principal(request).require("admin")
-    return json_response(await switches.get(request.app[BROKER].require_pool()))
+    return json_response(await switches.get(broker(request).require_pool()))
 
 
 async def set_sweeper(request: web.Request) -> web.Response:
     principal(request).require("admin")
     paused = await _flag(request, "paused")
-    return json_response(await switches.set_sweeper_paused(request.app[BROKER].require_pool(), paused))
+    return json_response(await switches.set_sweeper_paused(broker(request).require_pool(), paused))
 
 
 async def set_scheduling(request: web.Request) -> web.Response:
     principal(request).require("admin")
     enabled = await _flag(request, "enabled")
-    return json_response(await switches.set_scheduling(request.app[BROKER].require_pool(), enabled))
+    return json_response(await switches.set_scheduling(broker(request).require_pool(), enabled))
 
 
 def setup(app: web.Application) -> None:

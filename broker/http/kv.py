@@ -33,11 +33,11 @@ from typing import Any
 
 from aiohttp import web
 
-from broker.context import BROKER, principal
+from broker.context import broker, principal
 from broker.errors import ApiError, NotFound
 from broker.http.wire import json_response, parse_json, read_json
 from broker.kv import service, store
-from broker.kv.ops import CODE, KvCall, bad, check_key, check_ns, parse_body, parse_ops
+from broker.kv.parse import CODE, KvCall, bad, check_key, check_ns, parse_body, parse_ops
 from broker.kv.service import apply_db
 
 __all__ = ["apply_db", "setup"]  # apply_db: re-exported for tests/test_kv.py
@@ -45,7 +45,7 @@ __all__ = ["apply_db", "setup"]  # apply_db: re-exported for tests/test_kv.py
 
 
 async def kv_batch(request: web.Request) -> web.Response:
-    b = request.app[BROKER]
+    b = broker(request)
     if request.query_string:
         raise bad("kv_no_query_string", "POST /api/v1/kv takes no query string; everything goes in the body")
     body = await read_json(request, code=CODE)
@@ -54,7 +54,7 @@ async def kv_batch(request: web.Request) -> web.Response:
 
 
 async def _run(request: web.Request, call: KvCall, *, batch: bool) -> web.Response:
-    done = await service.run(request.app[BROKER], principal(request), call)
+    done = await service.run(broker(request), principal(request), call)
     if done.abort is not None:
         return json_response(store.precondition_body(done.abort))
     return json_response({"results": done.results})
@@ -117,7 +117,7 @@ async def kv_get(request: web.Request) -> web.StreamResponse:
     ns, key = _path(request)
     _no_query(request)
     call = parse_ops([{"op": "get", "ns": ns, "key": key}], max_ops=1)
-    done = await service.run(request.app[BROKER], principal(request), call)
+    done = await service.run(broker(request), principal(request), call)
     r = done.results[0]
     if not r["found"]:
         raise NotFound("kv_key_not_found", f"no live key {key!r} in namespace {ns!r}", code="kv_key_not_found")
@@ -170,7 +170,7 @@ async def _write(request: web.Request, op: dict[str, Any]) -> web.Response:
     if "expect" in op:
         op["required"] = True  # a conditional write that loses its condition is refused whole (412)
     call = parse_ops([op], max_ops=1)
-    done = await service.run(request.app[BROKER], principal(request), call)
+    done = await service.run(broker(request), principal(request), call)
     if done.abort is not None:  # a lost If-Match/If-None-Match: the op is required, so nothing is metered
         a = done.abort
         raise _precondition_lost({"reason": a["kvReason"], "version": a["version"], "value": a["value"], "key": op["key"]})

@@ -10,17 +10,17 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from broker.context import BROKER, principal
+from broker.context import broker, principal
 from broker.http.wire import json_response, read_json
 from broker.locks import service
-from broker.locks.ops import CODE, bad, parse_body
+from broker.locks.parse import CODE, bad, parse_body
 
 
 async def post_locks(request: web.Request) -> web.Response:
     if request.query_string:
         raise bad("locks_no_query_string", "POST /api/v1/locks takes no query string; everything goes in the body")
     call = parse_body(await read_json(request, code=CODE))
-    results = await service.run(request.app[BROKER], principal(request), call)
+    results = await service.run(broker(request), principal(request), call)
     return json_response({"results": results})
 
 

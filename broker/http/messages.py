@@ -23,8 +23,8 @@ MAX_BATCH = 10_000
 MAX_PARTITIONS = 100
 # The sweep width of a pop that leaves it to the broker (the client's pop autopilot, its default: the
 # ``autopilot=true`` flag with no ``partitions``): up to this many partitions, never more than the batch.
-# One round trip then drains what is ready across partitions (a burst of timers fired into 16 partitions
-# reached a long-polling consumer through 16 successive one-partition pops: ~9 ms each, measured).
+# One round trip then drains what is ready across partitions, instead of one pop per partition (a
+# burst of timers fired into 16 partitions would reach a long-polling consumer through 16 pops).
 AUTOPILOT_PARTITIONS = 32
 
 
@@ -86,7 +86,7 @@ def _pop_request(request: web.Request, queue: str, partition: str | None) -> Pop
 
 
 def _pop_width(request: web.Request, batch: int) -> int:
-    """How many partitions one pop may claim: ``partitions`` as sent (default 1); a client that engaged
+    """How many partitions one pop may lease: ``partitions`` as sent (default 1); a client that engaged
     autopilot and sent no ``partitions`` leaves the width to us (docs/protocol.md §2.4). Any other
     ``autopilot`` value changes nothing (unknown values stay tolerated, as before)."""
     if "partitions" in request.query or request.query.get("autopilot") != "true":

@@ -6,11 +6,12 @@ tenant's, need ``admin``.
 - ``GET /api/v1/resources/overview`` | ``/namespaces`` | ``/tasks`` | ``/partitions?queue=&limit=&offset=``
 - ``GET /api/v1/resources/queues/{queue}/depth[?group=]``
 - ``GET /api/v1/status`` | ``/status/queues?limit=&offset=`` | ``/status/queues/{queue}`` |
-  ``/status/analytics?from=&to=`` (the meter's periods)
+  ``/status/analytics?from=&to=`` (the meter's periods) | ``/status/live`` (one sample of the console's
+  live charts: broker-wide counters and the tenant's backlog per queue and dead letters)
 - ``GET /api/v1/analytics/system-metrics`` | ``/analytics/worker-metrics`` (``admin``)
 - ``GET /api/v1/messages?queue=&partition=&consumerGroup=&status=&limit=&offset=`` (``consume``)
-- ``DELETE /api/v1/messages/{partitionId}/{transactionId}``: refused, 409 ``delete_refused`` /
-  ``gapless_log`` (see ``delete_message``; a 4xx because the client retries every 5xx).
+- ``DELETE /api/v1/messages/{partitionId}/{transactionId}`` (``admin``): the message becomes a tombstone
+  at its offset (docs/decisions.md §9); 404 ``message_not_found`` when the tenant has none there.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from aiohttp import web
 
 from broker import metering
 from broker.context import broker, principal
-from broker.errors import BadRequest, Conflict
+from broker.errors import BadRequest
 from broker.http.wire import json_response, q_int
-from broker.log import monitor, parse
+from broker.log import catalog, monitor, parse
 
 
 def _opt_ts(request: web.Request, name: str):  # type: ignore[no-untyped-def]
@@ -69,6 +70,12 @@ async def status_queue(request: web.Request) -> web.Response:
     return json_response(await monitor.queue_detail(broker(request), principal(request).tenant, queue))
 
 
+async def live(request: web.Request) -> web.Response:
+    """One sample of the console's live charts (any principal of the tenant; the counters are the
+    broker's own, as ``/metrics`` serves them)."""
+    return json_response(await monitor.live(broker(request), principal(request).tenant))
+
+
 async def analytics(request: web.Request) -> web.Response:
     since, until = _opt_ts(request, "from"), _opt_ts(request, "to")
     return json_response(await monitor.analytics(broker(request), principal(request).tenant, since, until,
@@ -107,19 +114,13 @@ async def list_messages(request: web.Request) -> web.Response:
 
 
 async def delete_message(request: web.Request) -> web.Response:
-    """Refused: a partition's log is gapless by design (cursors say "every offset <= n is done"; only the
-    head is ever removed, by retention), so one message cannot be cut out of the middle without stalling
-    every consumer group behind the hole."""
-    principal(request).require("admin")
-    raise Conflict(
-        "gapless_log",
-        "a single message cannot be deleted: a partition's offsets are gapless and cursors depend on it. "
-        "To stop a group from processing it, ack it (or seek the group past it); to drop stored messages, "
-        "use retentionSeconds/completedRetentionSeconds or delete the queue",
-        code="delete_refused",
-        status=409,
-        extra={"partitionId": request.match_info["pid"], "transactionId": request.match_info["txn"]},
-    )
+    """Delete one message: its payload goes, its offset stays as a tombstone that every consumer group
+    passes over (``catalog.message_delete``)."""
+    p = principal(request)
+    p.require("admin")
+    pid = parse.partition_id(request.match_info["pid"], "the partition id")
+    txn = parse.txn_id(request.match_info["txn"], "transactionId")
+    return json_response(await catalog.message_delete(broker(request), p, pid, txn))
 
 
 def setup(app: web.Application) -> None:
@@ -133,6 +134,7 @@ def setup(app: web.Application) -> None:
     r.add_get("/api/v1/status/queues", status_queues)
     r.add_get("/api/v1/status/queues/{queue:[^/]+}", status_queue)
     r.add_get("/api/v1/status/analytics", analytics)
+    r.add_get("/api/v1/status/live", live)
     r.add_get("/api/v1/analytics/system-metrics", system_metrics)
     r.add_get("/api/v1/analytics/worker-metrics", worker_metrics)
     r.add_get("/api/v1/messages", list_messages)

@@ -26,18 +26,18 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from broker.context import BROKER, principal
+from broker.context import broker, principal
 from broker.errors import BadRequest, Forbidden
 from broker.http.wire import json_response, read_object
 from broker.timers import faults
-from broker.timers.ops import MAX_KEY, MAX_QUEUE, check_name
+from broker.timers.parse import MAX_KEY, MAX_QUEUE, check_name
 
 MAX_MS = 3_600_000
 MAX_COUNT = 1_000_000
 
 
 def _guard(request: web.Request) -> None:
-    if not request.app[BROKER].settings.test_hooks:
+    if not broker(request).settings.test_hooks:
         raise Forbidden(
             "test_hooks_disabled",
             "test hooks are off; start the broker with QUEEN_TEST_HOOKS=1",
@@ -64,7 +64,7 @@ async def fail(request: web.Request) -> web.Response:
     if klass != "stall":
         ms = 0
     tenant = principal(request).tenant
-    return json_response(await faults.fail(request.app[BROKER].require_pool(), tenant, queue, klass, count, ms))
+    return json_response(await faults.fail(broker(request).require_pool(), tenant, queue, klass, count, ms))
 
 
 async def hold(request: web.Request) -> web.Response:
@@ -74,7 +74,7 @@ async def hold(request: web.Request) -> web.Response:
     key = check_name(body.get("timerKey"), "timerKey", "timers_key_required", MAX_KEY)
     ms = _int(body, "ms", 1, MAX_MS)
     tenant = principal(request).tenant
-    return json_response(await faults.hold(request.app[BROKER].require_pool(), tenant, queue, key, ms))
+    return json_response(await faults.hold(broker(request).require_pool(), tenant, queue, key, ms))
 
 
 async def release(request: web.Request) -> web.Response:
@@ -87,7 +87,7 @@ async def release(request: web.Request) -> web.Response:
     if key is not None:
         key = check_name(key, "timerKey", "timers_key_required", MAX_KEY)
     tenant = principal(request).tenant
-    return json_response(await faults.release(request.app[BROKER].require_pool(), tenant, queue, key))
+    return json_response(await faults.release(broker(request).require_pool(), tenant, queue, key))
 
 
 def setup(app: web.Application) -> None:

@@ -22,17 +22,17 @@ from __future__ import annotations
 from aiohttp import web
 
 from broker import errors
-from broker.context import BROKER, principal
+from broker.context import broker, principal
 from broker.http.wire import json_response, read_object
 from broker.timers import service
-from broker.timers.ops import MAX_KEY, MAX_QUEUE, MAX_TXN, bad, check_name, parse_ops
+from broker.timers.parse import MAX_KEY, MAX_QUEUE, MAX_TXN, bad, check_name, parse_ops
 
 LIST_DEFAULT = 100
 LIST_MAX = 1000
 
 
 async def post_timers(request: web.Request) -> web.Response:
-    b = request.app[BROKER]
+    b = broker(request)
     p = principal(request)
     p.require("produce")
     try:
@@ -60,7 +60,7 @@ def _path(request: web.Request) -> tuple[str, str | None]:
 
 
 async def delete_timer(request: web.Request) -> web.Response:
-    b = request.app[BROKER]
+    b = broker(request)
     p = principal(request)  # authenticated (the middleware did it); no grant, no limits, no switch
     queue, key = _path(request)
     assert key is not None
@@ -71,7 +71,7 @@ async def delete_timer(request: web.Request) -> web.Response:
 
 
 async def peek_timer(request: web.Request) -> web.Response:
-    b = request.app[BROKER]
+    b = broker(request)
     p = principal(request)
     queue, key = _path(request)
     assert key is not None
@@ -88,7 +88,7 @@ def _limit(request: web.Request) -> int:
 
 
 async def list_timers(request: web.Request) -> web.Response:
-    b = request.app[BROKER]
+    b = broker(request)
     p = principal(request)
     queue, _ = _path(request)
     after = request.query.get("after") or None
@@ -99,7 +99,7 @@ async def list_timers(request: web.Request) -> web.Response:
 
 async def overview(request: web.Request) -> web.Response:
     """``GET /api/v1/timers-overview``: the tenant's pending timers per queue and its next due ones."""
-    b = request.app[BROKER]
+    b = broker(request)
     p = principal(request)
     return json_response(await service.overview(b, p.tenant))
 

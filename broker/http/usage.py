@@ -16,13 +16,13 @@ from __future__ import annotations
 from aiohttp import web
 
 from broker import limits, metering
-from broker.context import BROKER, principal
+from broker.context import broker, principal
 from broker.http.admin_limits import check_tenant, wire_plan
 from broker.http.wire import json_response
 
 
 async def usage(request: web.Request) -> web.Response:
-    b = request.app[BROKER]
+    b = broker(request)
     p = principal(request)
     body = (await metering.usage(b.require_pool(), p.tenant))[0]
     body["plan"] = wire_plan(await limits.plan_for(b, p.tenant))
@@ -30,7 +30,7 @@ async def usage(request: web.Request) -> web.Response:
 
 
 async def admin_usage(request: web.Request) -> web.Response:
-    b = request.app[BROKER]
+    b = broker(request)
     principal(request).require("admin")
     tenant = request.query.get("tenant") or None
     if tenant is not None:

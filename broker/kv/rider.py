@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from broker import riders
 from broker.auth import Principal
 from broker.kv import service, store
-from broker.kv.ops import MAX_OPS_TX, KvCall, parse_ops
+from broker.kv.parse import MAX_OPS_TX, KvCall, parse_ops
 from broker.store.pool import Conn
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from broker import limits
 from broker.auth import Principal
 from broker.kv import store
-from broker.kv.ops import KvCall
+from broker.kv.parse import KvCall
 from broker.store.failures import DB_FAILURE, database_error
 
 if TYPE_CHECKING:

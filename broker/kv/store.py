@@ -12,7 +12,7 @@ from typing import Any
 
 from broker import metering
 from broker.kv.calls import KvApply
-from broker.kv.ops import READ_BUDGET_BYTES, KvCall
+from broker.kv.parse import READ_BUDGET_BYTES, KvCall
 from broker.metrics import KV_OPS
 from broker.store.pool import Executor
 from broker.store.queries import Q

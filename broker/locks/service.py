@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker import limits, metering
 from broker.auth import Principal
-from broker.locks.ops import LockCall
+from broker.locks.parse import LockCall
 from broker.metrics import LOCK_OPS
 from broker.store.failures import DB_FAILURE, database_error
 from broker.store.queries import Q

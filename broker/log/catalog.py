@@ -15,7 +15,7 @@ from broker.log import render
 from broker.log.calls import Push
 from broker.log.parse import QueueOptions
 from broker.log.service import QUEUE_FULL, queue_full_error, queues_full
-from broker.metrics import MESSAGES_PUSHED
+from broker.metrics import MESSAGES_DELETED, MESSAGES_PUSHED
 from broker.payloads import Sealed, open_
 from broker.store.queries import Q
 
@@ -211,20 +211,31 @@ async def lookup(b: Broker, tenant: str, queue: str, txn: str) -> dict[str, Any]
         "transactionId": r["txn"],
         "producerSub": r["producer_sub"],
         "createdAt": render.ts(r["created_at"]),
+        "deleted": r["deleted_at"] is not None,
+        "deletedAt": render.ts(r["deleted_at"]),
     }
+
+
+def message_not_found(pid: uuid.UUID, txn: str) -> NotFound:
+    return NotFound("message_not_found", "no message with this partition id and transaction id",
+                    code="message_not_found", extra={"partitionId": str(pid), "transactionId": txn})
 
 
 async def message_get(b: Broker, tenant: str, pid: uuid.UUID, txn: str) -> dict[str, Any]:
     async with b.require_pool().acquire() as conn:
         r = await conn.fetchrow(Q.log_message_get, tenant, pid, txn)
     if r is None:
-        raise NotFound("message_not_found", "no message with this partition id and transaction id", code="message_not_found")
-    opened = open_(b.codec, b.keyring, tenant, r["queue"], Sealed(r["payload"], r["codec"], r["key_id"]))
+        raise message_not_found(pid, txn)
+    if r["deleted_at"] is not None:  # a tombstone: its offset and address stay, its payload is gone
+        data: dict[str, Any] = {"data": None}
+    else:
+        data = render.checked_data_fields(
+            open_(b.codec, b.keyring, tenant, r["queue"], Sealed(r["payload"], r["codec"], r["key_id"])))
     return {
         "id": str(r["id"]),
         "transactionId": r["txn"],
         "traceId": str(r["trace_id"]) if r["trace_id"] else None,
-        **render.checked_data_fields(opened),
+        **data,
         "producerSub": r["producer_sub"],
         "createdAt": render.ts(r["created_at"]),
         "deadlineAt": render.ts(r["deadline_at"]),
@@ -233,6 +244,33 @@ async def message_get(b: Broker, tenant: str, pid: uuid.UUID, txn: str) -> dict[
         "partitionId": str(r["partition_id"]),
         "offset": r["seq"],
         "encrypted": r["key_id"] is not None,
+        "deleted": r["deleted_at"] is not None,
+        "deletedAt": render.ts(r["deleted_at"]),
+    }
+
+
+async def message_delete(b: Broker, principal: Principal, pid: uuid.UUID, txn: str) -> dict[str, Any]:
+    """The official client's ``admin.delete_message`` (docs/decisions.md §9): the message becomes a
+    tombstone at its offset (payload gone, offset kept, every consumer group done with it, its dead
+    letters removed), in one statement. Deleting a tombstone again answers the first deletion
+    (``alreadyDeleted: true``); an address this tenant has no message at is 404 ``message_not_found``."""
+    async with b.require_pool().acquire() as conn, conn.transaction():
+        r = await conn.fetchrow(Q.log_message_delete, principal.tenant, pid, txn, principal.sub, uuid7())
+    if r is None or r["status"] == "not_found":
+        raise message_not_found(pid, txn)
+    MESSAGES_DELETED.labels(r["status"]).inc()
+    return {
+        "deleted": True,
+        "alreadyDeleted": r["status"] == "already_deleted",
+        "partitionId": str(pid),
+        "transactionId": txn,
+        "messageId": str(r["message_id"]),
+        "queue": r["queue"],
+        "partition": r["partition"],
+        "offset": r["seq"],
+        "deletedAt": render.ts(r["deleted_at"]),
+        "freedBytes": int(r["freed_bytes"]),
+        "deadLettersRemoved": int(r["dead_letters"]),
     }
 
 

@@ -1,7 +1,7 @@
 """Group commit inside a worker: concurrent small requests with the same key share ONE database call.
 
-A one-item push costs PostgreSQL ~1.6 ms of statement overhead and a commit, but ten items over ten
-partitions in one ``queen_push_edge`` call cost ~0.27 ms each (measured). So while a worker
+A one-item push costs PostgreSQL a statement's overhead and a commit; ten items over ten partitions
+in one ``queen_push_edge`` call cost a fraction of that each (docs/performance.md). So while a worker
 already has ``max_inflight`` calls of a kind running, new requests wait in a queue, and the moment a
 call finishes everything queued for one key (up to ``max_items`` items) goes out as the next call.
 Nothing waits on a timer: an idle worker sends a lone request at once (no added latency at low

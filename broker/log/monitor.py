@@ -11,13 +11,14 @@ import time
 from datetime import datetime
 from typing import Any
 
+from broker import metrics
 from broker.log import QUEUE_MODE, render
 from broker.log.catalog import get_queue, queue_not_found
 from broker.payloads import Sealed, open_
 from broker.store.queries import Q
 
 STARTED = time.monotonic()
-MESSAGE_STATES = frozenset({"pending", "leased", "completed"})
+MESSAGE_STATES = frozenset({"pending", "leased", "completed", "deleted"})
 
 
 async def overview(b: Any, tenant: str) -> dict[str, Any]:
@@ -121,6 +122,27 @@ async def analytics(b: Any, tenant: str, since: datetime | None, until: datetime
     }
 
 
+LIVE_QUEUES = 8  # the queues with the largest backlog that a live sample names (the rest are summed)
+
+
+async def live(b: Any, tenant: str) -> dict[str, Any]:
+    """One sample for the console's live charts: the broker-wide counters (``metrics.live_snapshot``),
+    and this tenant's backlog (pending behind the slowest consumer group) of its largest queues and its
+    dead letters, from the same partition arithmetic as the status reads (first 1,000 queues by name)."""
+    async with b.require_pool().acquire() as conn:
+        rows = await conn.fetch(Q.mon_queue_status, tenant, None, 1000, 0)
+    ranked = sorted(rows, key=lambda r: (-int(r["pending"]), r["name"]))
+    top = ranked[:LIVE_QUEUES]
+    return {
+        "metrics": metrics.live_snapshot(),
+        "queues": [{"name": r["name"], "pending": int(r["pending"]), "deadLetters": int(r["dead_letters"])} for r in top],
+        "otherQueues": {"count": len(ranked) - len(top), "pending": sum(int(r["pending"]) for r in ranked[len(top):])},
+        "deadLetters": sum(int(r["dead_letters"]) for r in rows),
+        "pending": sum(int(r["pending"]) for r in rows),
+        "queueCount": len(rows),
+    }
+
+
 def _worker(b: Any) -> dict[str, Any]:
     ru = resource.getrusage(resource.RUSAGE_SELF)
     pool = b.pool
@@ -157,12 +179,16 @@ async def list_messages(
         rows = await conn.fetch(Q.mon_messages, tenant, queue, partition, limit, grp, offset, state)
     msgs = []
     for r in rows:
-        opened = open_(b.codec, b.keyring, tenant, queue, Sealed(r["payload"], r["codec"], r["key_id"]))
+        if r["deleted_at"] is not None:  # a tombstone (docs/decisions.md §9): no payload to open
+            data: dict[str, Any] = {"data": None}
+        else:
+            data = render.checked_data_fields(
+                open_(b.codec, b.keyring, tenant, queue, Sealed(r["payload"], r["codec"], r["key_id"])))
         msgs.append({
             "id": str(r["id"]), "transactionId": r["txn"], "partition": r["partition"],
             "partitionId": str(r["partition_id"]), "offset": r["seq"],
             "traceId": str(r["trace_id"]) if r["trace_id"] else None, "producerSub": r["producer_sub"],
             "createdAt": render.ts(r["created_at"]), "deadlineAt": render.ts(r["deadline_at"]),
-            "status": r["status"], "failures": r["failures"], **render.checked_data_fields(opened),
+            "status": r["status"], "failures": r["failures"], "deletedAt": render.ts(r["deleted_at"]), **data,
         })
     return {"messages": msgs, "queue": queue, "consumerGroup": grp, "limit": limit, "offset": offset, "count": len(msgs)}

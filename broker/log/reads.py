@@ -52,16 +52,22 @@ async def fetch(b: Any, tenant: str, entries: list[FetchEntry], max_bytes: int) 
         for r in rs:
             if r["seq"] is None:
                 break
-            opened = open_(b.codec, b.keyring, tenant, e.queue, Sealed(r["payload"], r["codec"], r["key_id"]))
-            raw = b"null" if isinstance(opened, Undecryptable) else opened
+            if r["deleted_at"] is not None:  # a tombstone keeps its offset with a null payload (decisions §9)
+                raw = b"null"
+            else:
+                opened = open_(b.codec, b.keyring, tenant, e.queue, Sealed(r["payload"], r["codec"], r["key_id"]))
+                raw = b"null" if isinstance(opened, Undecryptable) else opened
             size = len(raw)
             # Each entry gets at least one record when the call still has budget; then both ceilings hold.
             if entry["records"] and (used + size > e.max_bytes or size > budget):
                 break
             if not entry["records"] and budget <= 0:
                 break
-            entry["records"].append({"offset": int(r["seq"]) - 1, "transactionId": r["txn"],
-                                     "payload": orjson.Fragment(raw), "ts": render.ts(r["created_at"])})
+            record = {"offset": int(r["seq"]) - 1, "transactionId": r["txn"], "payload": orjson.Fragment(raw),
+                      "ts": render.ts(r["created_at"])}
+            if r["deleted_at"] is not None:
+                record["deleted"] = True
+            entry["records"].append(record)
             used += size
             budget -= size
         out.append(entry)

@@ -1,4 +1,4 @@
-"""``queen``: serve | migrate | token | conformance | loadtest | bench.
+"""``queen``: serve | migrate | token | conformance | loadtest | bench | docs.
 
 Settings come from ``QUEEN_*`` environment variables (``broker.config``); the few flags here override
 them for one run. With no ``QUEEN_DATABASE_URL``, ``serve`` and ``migrate`` start an embedded
@@ -18,7 +18,7 @@ from broker.config import ConfigError, Settings
 
 log = logging.getLogger("queen.cli")
 
-ENV_HELP = """environment (the main ones; see README for all):
+ENV_HELP = """environment (the main ones; all of them: docs/reference/configuration.md, or `queen docs`):
   QUEEN_HOST, QUEEN_PORT           listen address (default 127.0.0.1:6632)
   QUEEN_WORKERS                    worker processes (default: CPU count)
   QUEEN_DATABASE_URL               PostgreSQL DSN; unset = embedded PostgreSQL in QUEEN_DATA_DIR
@@ -68,7 +68,7 @@ def cmd_migrate(_args: argparse.Namespace, settings: Settings) -> int:
 
     dsn, _pg = _resolve_dsn(settings)
     try:
-        out = asyncio.run(migrate.run_url(dsn))
+        out = asyncio.run(migrate.run(dsn))
     except migrate.MigrationError as exc:
         print(f"queen migrate: {exc}", file=sys.stderr)
         return 1
@@ -98,12 +98,50 @@ def cmd_token(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _docs_config() -> Path | None:
+    """The site's mkdocs.yml: in the working directory or above it, else in the checkout the package
+    was installed from (an editable install). A wheel carries no documentation sources."""
+    here = Path.cwd().resolve()
+    for d in (here, *here.parents, Path(__file__).resolve().parents[2]):
+        if (d / "mkdocs.yml").is_file() and (d / "docs").is_dir():
+            return d / "mkdocs.yml"
+    return None
+
+
+def cmd_docs(args: argparse.Namespace, _settings: Settings) -> int:
+    import subprocess
+
+    message = missing_extra("docs")
+    if message:
+        print(message, file=sys.stderr)
+        return 2
+    config = _docs_config()
+    if config is None:
+        print("queen docs: no mkdocs.yml with a docs/ folder here or above, nor in the installed checkout; "
+              "run it from a clone of queen-broker", file=sys.stderr)
+        return 2
+    if args.serve:
+        # mkdocs takes this process over, so Ctrl-C and SIGTERM reach the server itself
+        cmd = [sys.executable, "-m", "mkdocs", "serve", "--strict", "-f", str(config), "-a", args.addr]
+        print("queen docs:", " ".join(cmd), file=sys.stderr, flush=True)
+        os.chdir(config.parent)
+        os.execv(sys.executable, cmd)
+    out = Path(args.out).resolve()
+    cmd = [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config), "-d", str(out)]
+    print("queen docs:", " ".join(cmd), file=sys.stderr, flush=True)
+    rc = subprocess.call(cmd, cwd=config.parent)
+    if rc == 0:
+        print(f"queen docs: the site is in {out} (open {out / 'index.html'})")
+    return rc
+
+
 # Commands whose arguments belong to another module's parser (listed in `queen --help`). Each needs
 # the packages of one pyproject extra, which a plain `pip install queen-broker` does not bring.
 DELEGATES = (
     ("conformance", "conformance.runner", "run the conformance suite against a broker URL (or a local one)"),
     ("loadtest", "loadtest.runner", "run a Locust load scenario and write a report"),
     ("bench", "bench.runner", "run the pytest-benchmark benches"),
+    ("cluster", "loadtest.cluster", "a local etcd + two-node Patroni cluster to try failover on (install|up|down|status|kill-primary|switchover)"),
 )
 
 # command -> (extra, modules it imports that only that extra installs). The bench and the Locust
@@ -113,6 +151,9 @@ EXTRAS: dict[str, tuple[str, tuple[str, ...]]] = {
     "conformance": ("conformance", ("pytest", "httpx")),
     "loadtest": ("load", ("locust", "gevent", "matplotlib", "httpx")),
     "bench": ("bench", ("pytest", "pytest_benchmark", "pytest_asyncio", "httpx", "psutil")),
+    "docs": ("docs", ("mkdocs", "material")),
+    # `queen cluster install` adds Patroni and psycopg itself (and Debian's etcd, PostgreSQL 15, HAProxy)
+    "cluster": ("cluster", ("httpx",)),
 }
 
 
@@ -168,6 +209,12 @@ def build_parser() -> argparse.ArgumentParser:
     tc.add_argument("--secret", help="HS256 secret (default: QUEEN_JWT_SECRET)")
     tc.add_argument("--private-key", help="PEM Ed25519 or RSA private key (EdDSA / RS256)")
     tc.set_defaults(func=cmd_token)
+
+    d = sub.add_parser("docs", help=f"build the documentation site to a directory, or serve it locally (needs the [{EXTRAS['docs'][0]}] extra)")
+    d.add_argument("--out", default="site", help="where to build the site (default: ./site)")
+    d.add_argument("--serve", action="store_true", help="serve the site and rebuild it on every change (mkdocs serve)")
+    d.add_argument("--addr", default="127.0.0.1:8000", help="address for --serve (default 127.0.0.1:8000)")
+    d.set_defaults(func=cmd_docs)
 
     for name, _module, text in DELEGATES:
         sub.add_parser(name, help=f"{text} (needs the [{EXTRAS[name][0]}] extra)", add_help=False)  # listed here; main() hands their arguments over

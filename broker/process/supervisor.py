@@ -133,7 +133,6 @@ class Supervisor:
         self._slots: dict[int, _Slot] = {}
         self._stopping = False
         self.sock: socket.socket | None = None
-        self._metrics_dir: str | None = None
 
     def _spawn(self, index: int, deaths: list[float] | None = None) -> None:
         assert self.sock is not None

@@ -44,8 +44,7 @@ def tuning(memory: int, disk_free: int) -> dict[str, str]:
     """Server settings sized for the machine the embedded PostgreSQL starts on (values in MB).
 
     Stock PostgreSQL (shared_buffers 128MB, max_wal_size 1GB) checkpoints every few seconds under a
-    batch push and cost a third of the throughput of a tuned server (measured: 18.2k vs 26.7k msg/s
-    at batch 100). So: shared_buffers an eighth of memory (1/4 is the usual advice for a dedicated
+    batch push and cost about a third of the throughput of a tuned server (docs/performance.md). So: shared_buffers an eighth of memory (1/4 is the usual advice for a dedicated
     server; the broker, its workers and the OS cache share this one), the planner told half of memory
     is cache, WAL allowed to grow to 1/20 of the free disk up to 8GB so checkpoints are spread by time,
     not forced by volume. Autovacuum looks at each database every 5 s instead of every minute: fired

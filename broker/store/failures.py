@@ -6,6 +6,12 @@ broke under a call (503 ``unavailable`` / ``database_unavailable``, retry later)
 asyncpg's ``InternalClientError`` ("cannot switch to state N; another operation is in progress"),
 which a connection raises when the server goes away between two protocol steps, and the server's
 "operator intervention" class (57: admin/crash shutdown, cannot connect now, statement cancelled).
+A server that cannot take writes counts as down too: a standby or a demoted primary (25006
+read_only_sql_transaction: "cannot execute ... in a read-only transaction" / "during recovery"), one
+still recovering (57P03), and a hot-standby conflict (``is_standby_answer``). A call that met such a
+server has not changed anything, and the connection it used points at the wrong node: ``database_error``
+then has the pools replace their connections (``broker.store.pool.drop_stale``), so the next attempt
+connects again and finds the primary, whatever the DSN's shape.
 ``DB_RETRY``: the database asked to retry the transaction (serialization failure, deadlock): 503
 ``unavailable`` / ``database_conflict``.
 
@@ -19,6 +25,7 @@ import asyncpg
 from asyncpg import exceptions as pgx
 
 from broker.errors import Unavailable
+from broker.store.pool import drop_stale
 
 DB_DOWN: tuple[type[BaseException], ...] = (
     asyncpg.PostgresConnectionError,
@@ -31,6 +38,7 @@ DB_DOWN: tuple[type[BaseException], ...] = (
     ConnectionError,
     OSError,
     TimeoutError,
+    pgx.ReadOnlySQLTransactionError,  # 25006: a standby, a demoted primary, default_transaction_read_only
 )
 DB_RETRY: tuple[type[BaseException], ...] = (asyncpg.SerializationError, asyncpg.DeadlockDetectedError)
 DB_FAILURE: tuple[type[BaseException], ...] = DB_RETRY + DB_DOWN
@@ -39,8 +47,28 @@ DOWN_REASON = "database_unavailable"
 RETRY_REASON = "database_conflict"
 
 
+# SQLSTATEs a server answers while it is not (or not yet) a writable primary.
+STANDBY_STATES = frozenset({"25006", "57P03"})
+
+
+def is_standby_answer(exc: BaseException) -> bool:
+    """Did a server that cannot take writes answer ``exc``? (read-only, starting up or recovering, a
+    query cancelled by a hot-standby conflict: 40001 "... due to conflict with recovery", or a lock a
+    standby cannot take: 0A000 "... while recovery is in progress")."""
+    state = getattr(exc, "sqlstate", None)
+    if state in STANDBY_STATES:
+        return True
+    return state in ("40001", "0A000") and "recovery" in str(exc)
+
+
 def database_error(exc: BaseException) -> Unavailable:
-    """The 503 for a database failure (``exc`` must be one of ``DB_FAILURE``)."""
+    """The 503 for a database failure (``exc`` must be one of ``DB_FAILURE``); one a standby answered
+    also drops the pooled connections (module docstring)."""
+    if is_standby_answer(exc):
+        drop_stale()
+        return Unavailable(
+            DOWN_REASON, f"the database server is not a writable primary ({type(exc).__name__}); retry", code="unavailable"
+        )
     if isinstance(exc, DB_RETRY):
         return Unavailable(RETRY_REASON, f"the database asked to retry the call ({type(exc).__name__}); retry", code="unavailable")
     what = "did not answer in time" if isinstance(exc, TimeoutError) else "is unreachable or shutting down"
@@ -50,3 +78,22 @@ def database_error(exc: BaseException) -> Unavailable:
 def describe(exc: BaseException) -> str:
     """Operator-facing detail for a database failure (class and message, bounded)."""
     return f"{type(exc).__name__}: {exc}"[:300]
+
+
+# The SQLSTATEs of DB_FAILURE, for a failure known only by its code (an error a PL/pgSQL function caught
+# and answered as a row): connection exceptions, insufficient resources, operator intervention, and the
+# two "retry the transaction" states, and a server that cannot take writes (STANDBY_STATES).
+_TRANSIENT_CLASSES = ("08", "53", "57")
+_TRANSIENT_STATES = frozenset({"40001", "40P01"}) | STANDBY_STATES
+
+
+def failure_class(exc: BaseException) -> str:
+    """``transient`` (the database's state, not the work: retrying the same work may succeed) or
+    ``permanent`` (the database refused this work). The timers' fire spends an attempt only on a
+    permanent failure."""
+    if isinstance(exc, DB_FAILURE):  # incl. InternalClientError: a connection broken mid-protocol
+        return "transient"
+    state = getattr(exc, "sqlstate", None)
+    if state and (state in _TRANSIENT_STATES or state.startswith(_TRANSIENT_CLASSES)):
+        return "transient"
+    return "permanent"

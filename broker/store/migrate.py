@@ -31,13 +31,14 @@ from importlib.resources.abc import Traversable
 
 import asyncpg
 
+from broker.store import lock_keys
+from broker.store.pool import session_attrs
 from broker.store.queries import SQL_DIR, QueryError, sql_files
 
 log = logging.getLogger("queen.migrate")
 
 MIGRATIONS_DIR = SQL_DIR / "migrations"
 FUNCTIONS_DIR = SQL_DIR / "functions"
-ADVISORY_LOCK_KEY = 0x51_55_45_45_4E  # "QUEEN"
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _COMMENT = re.compile(r"--[^\n]*")
 
@@ -139,19 +140,29 @@ def discover_functions(directory: Traversable = FUNCTIONS_DIR) -> Functions:
 
 
 async def run(
-    conn: asyncpg.Connection,
+    target: asyncpg.Connection | str,
     directory: Traversable = MIGRATIONS_DIR,
     functions_dir: Traversable | None = FUNCTIONS_DIR,
     *,
     upto: int | None = None,
 ) -> Outcome:
-    """Apply every pending migration (up to version ``upto`` when given), then the function files when
-    they changed (``functions_dir=None``: leave functions alone)."""
+    """The one migration run (``queen migrate``, every worker's boot, the tests): apply every pending
+    migration (up to version ``upto`` when given), then the function files when they changed
+    (``functions_dir=None``: leave functions alone). ``target`` is a connection, or a DSN to connect to
+    for the run, which asks for a writable server (``pool.session_attrs``): migrations are never
+    attempted on a standby."""
+    if isinstance(target, str):
+        conn = await asyncpg.connect(target, **session_attrs(target))
+        try:
+            return await run(conn, directory, functions_dir, upto=upto)
+        finally:
+            await conn.close()
+    conn = target
     every = discover(directory)
     migrations = [m for m in every if upto is None or m.version <= upto]
     functions = discover_functions(functions_dir) if functions_dir is not None else None
     out = Outcome()
-    await conn.execute("SELECT pg_advisory_lock($1)", ADVISORY_LOCK_KEY)
+    await conn.execute("SELECT pg_advisory_lock($1)", lock_keys.MIGRATE)
     try:
         legacy = await conn.fetchval(
             "SELECT to_regclass('queen_schema_migrations') IS NOT NULL AND to_regclass('queen_schema_functions') IS NULL"
@@ -201,7 +212,7 @@ async def run(
                     f"; dropped stale {', '.join(out.dropped)}" if out.dropped else "",
                 )
     finally:
-        await conn.execute("SELECT pg_advisory_unlock($1)", ADVISORY_LOCK_KEY)
+        await conn.execute("SELECT pg_advisory_unlock($1)", lock_keys.MIGRATE)
     return out
 
 
@@ -234,26 +245,3 @@ async def _apply_functions(conn: asyncpg.Connection, functions: Functions) -> li
         await conn.execute("DELETE FROM queen_schema_functions")
         await conn.execute("INSERT INTO queen_schema_functions(checksum) VALUES ($1)", functions.checksum)
     return dropped
-
-
-async def apply(
-    conn: asyncpg.Connection,
-    directory: Traversable = MIGRATIONS_DIR,
-    functions_dir: Traversable | None = FUNCTIONS_DIR,
-    *,
-    upto: int | None = None,
-) -> list[int]:
-    """``run``, answering only the migration versions applied by this call."""
-    return (await run(conn, directory, functions_dir, upto=upto)).applied
-
-
-async def run_url(dsn: str) -> Outcome:
-    conn = await asyncpg.connect(dsn)
-    try:
-        return await run(conn)
-    finally:
-        await conn.close()
-
-
-async def apply_url(dsn: str) -> list[int]:
-    return (await run_url(dsn)).applied

@@ -4,7 +4,7 @@ The SQL ships inside the package and is read through ``importlib.resources``, so
 anywhere finds it exactly as a checkout does; a directory without one ``.sql`` file is an error at load
 time (a broken install never looks like "no queries wanted").
 
-Loaded once at start into ``QUERIES``; code refers to a query by its name (``Q.timer_schedule``), so SQL
+Loaded once, at import, into ``Q``; code refers to a query by its name (``Q.timers_schedule``), so SQL
 never lives in f-strings next to handlers. A duplicate name across files is an error at load time.
 """
 
@@ -48,7 +48,7 @@ def parse(text: str, source: str = "<string>") -> dict[str, str]:
 
 
 class Queries:
-    """Attribute access to named queries: ``Q.push_messages``."""
+    """Attribute access to named queries: ``Q.log_push``."""
 
     def __init__(self, queries: dict[str, str]) -> None:
         self._q = queries

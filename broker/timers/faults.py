@@ -21,18 +21,18 @@ async def fail(pool: asyncpg.Pool, tenant: str, queue: str, klass: str, count: i
 
 
 async def hold(pool: asyncpg.Pool, tenant: str, queue: str, key: str, ms: int) -> dict[str, Any]:
-    """Claim one timer for ``ms`` without firing it (the token is held by nobody)."""
+    """Lease one timer for ``ms`` without firing it (the token is held by nobody)."""
     async with pool.acquire() as conn:
         row = await conn.fetchrow(Q.timers_hold, tenant, queue, key, ms)
     return {"held": row is not None, "claimedUntil": iso_us(row["claimed_until"]) if row else None}
 
 
 async def release(pool: asyncpg.Pool, tenant: str, queue: str | None, key: str | None) -> dict[str, Any]:
-    """Release every live claim of the tenant (or of queue, or of queue/key), clear injected faults (of
+    """Release every live lease of the tenant (or of queue, or of queue/key), clear injected faults (of
     queue) and wake the sweepers."""
     async with pool.acquire() as conn:
         async with conn.transaction():
-            released = await conn.execute(Q.timers_release_hook_claims, tenant, queue, key)
+            released = await conn.execute(Q.timers_release_hook_leases, tenant, queue, key)
             cleared = await conn.execute(Q.timers_faults_clear, tenant, queue)
             await conn.execute(Q.timers_wake, "0")
     return {"released": int(released.split()[-1]), "faultsCleared": int(cleared.split()[-1])}

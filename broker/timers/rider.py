@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from broker.auth import Principal
 from broker.store.pool import Conn
 from broker.timers import service
-from broker.timers.ops import TimerOp, parse_ops
+from broker.timers.parse import TimerOp, parse_ops
 
 if TYPE_CHECKING:
     from broker.context import Broker

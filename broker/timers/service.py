@@ -21,7 +21,6 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
-import orjson
 import zstandard
 
 from broker import errors, limits, metering
@@ -30,12 +29,12 @@ from broker.codec import CodecError
 from broker.crypto import NoEncryptionKey
 from broker.ids import uuid7_text
 from broker.metrics import TIMERS_OPS
-from broker.payloads import seal
+from broker.payloads import NotJson, client_json, seal
 from broker.store.pool import Conn
 from broker.store.queries import Q
 from broker.timers import recur
 from broker.timers.calls import TimersApply, TimersRecurApply
-from broker.timers.ops import CODE, TimerOp, bad
+from broker.timers.parse import CODE, TimerOp, bad
 from broker.timers.status import iso_us, result, status_of
 
 if TYPE_CHECKING:
@@ -142,15 +141,11 @@ def _seal_for_encrypting_queue(broker: Broker, tenant: str, op: TimerOp) -> tupl
     """Encryption happens at schedule: the payload is sealed into the log's stored format now and the
     fire moves it untouched. The fire cannot look inside it, so it must be JSON now."""
     assert op.payload is not None
-    body = op.payload
-    if op.payload_zstd:
-        try:
-            body = broker.codec.decompress(body)
-        except CodecError:
-            raise bad("timers_payload_not_zstd", "`payloadZstd` is true but `payload` is not a valid zstd frame") from None
     try:
-        orjson.loads(body)
-    except orjson.JSONDecodeError:
+        body = client_json(broker.codec, op.payload, zstd=op.payload_zstd)
+    except CodecError:
+        raise bad("timers_payload_not_zstd", "`payloadZstd` is true but `payload` is not a valid zstd frame") from None
+    except NotJson:
         raise bad(
             "timers_payload_not_json",
             f"queue {op.queue!r} encrypts at rest, so the payload is sealed at schedule and must be JSON now",
@@ -320,14 +315,11 @@ def _recur_json(broker: Broker, op: TimerOp) -> None:
     """A recurring timer's payload is delivered again and again: it must be JSON now (a payload the fire
     would refuse would refuse every occurrence), zstd frames included."""
     assert op.payload is not None
-    body = op.payload
     try:
-        if op.payload_zstd:
-            body = broker.codec.decompress(body)
-        orjson.loads(body)
+        client_json(broker.codec, op.payload, zstd=op.payload_zstd)
     except CodecError:
         raise bad("timers_payload_not_zstd", "`payloadZstd` is true but `payload` is not a valid zstd frame") from None
-    except orjson.JSONDecodeError:
+    except NotJson:
         raise bad("timers_payload_not_json", "a recurring timer's payload must be JSON (it is delivered at every "
                   "occurrence and checked now, not at each fire)") from None
 
@@ -385,10 +377,10 @@ def _recur_call(
 def _local_sweeper(broker: Broker, conn: Conn) -> Sweeper | None:
     """This worker's sweeper when a schedule may wake it in process instead of by NOTIFY: the statement
     commits by itself (autocommit, so the row is visible when it returns; in a caller's transaction only
-    the NOTIFY, delivered at commit, comes late enough) and the sweeper is running. Every schedule due
-    within the max sleep used to NOTIFY, and a NOTIFY holds PostgreSQL's one notify-queue lock from its
-    commit until the commit's WAL flush is done: at 100 schedule calls/s the fires' commits (which NOTIFY
-    the waiting pops) queued behind the schedules' flushes."""
+    the NOTIFY, delivered at commit, comes late enough) and the sweeper is running. Why avoid the
+    NOTIFY: it holds PostgreSQL's one notify-queue lock from its commit until the commit's WAL flush is
+    done, so under a steady rate of schedules the fires' commits (which NOTIFY the waiting pops) would
+    queue behind the schedules' flushes."""
     sweeper = broker.services.sweeper
     if sweeper is None or not sweeper.awake or conn.is_in_transaction():
         return None
@@ -432,8 +424,8 @@ def log_ready(broker: Broker, op: TimerOp) -> bool:
     if threshold and len(body) >= threshold:
         return False
     try:
-        orjson.loads(body)
-    except orjson.JSONDecodeError:
+        client_json(broker.codec, body, zstd=False)
+    except NotJson:
         return False
     return True
 

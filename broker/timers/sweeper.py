@@ -1,46 +1,19 @@
-"""The sweeper: fires due timers into the log (docs/decisions.md §3).
+"""The sweeper: fires due timers into the message log (docs/decisions.md §3).
 
-Shape: ``SweeperConfig`` (from Settings) + ``Sweeper.run()`` (the supervised loop) + ``run_once()`` (one
-cycle, testable alone). Every worker runs one (started by ``broker.services``), unless ``QUEEN_SWEEPER_ENABLED=0``.
+``SweeperConfig`` (from Settings), ``Sweeper.run()`` (the loop ``broker.services`` starts in every worker
+unless ``QUEEN_SWEEPER_ENABLED=0``) and ``run_once()`` (one cycle, testable alone).
 
-One cycle, on the sweeper's own connection, in ONE transaction (the transaction is the claim). The usual
-cycle is a single statement, its own transaction (no BEGIN and COMMIT round trips: ~0.5 ms of a 3.5 ms
-small cycle): ``queen_timers_sweep`` takes, and when every row taken is ready (its payload was judged JSON
-at schedule or sealed then, and no fault is injected) fires them with ``queen_timers_fire_ready``, no
-payload leaving the database. When rows need the pack, that statement takes nothing and answers
-'unready'; the cycle then runs the steps below inside a transaction, and so do the following cycles
-until one finds nothing to pack (with the test hooks' faults on, every cycle does):
-  1. take    ``queen_timers_sweep`` (which takes with ``queen_timers_take``; ready rows are fired by the
-             same statement, as above):
-             up to ``QUEEN_SWEEPER_BATCH`` due rows, read and not written: the
-             partitions they come from are locked (transaction advisory locks) until the commit, so no
-             other sweeper takes them; every tenant with due rows gets an equal slice of the batch (at
-             most QUEEN_SWEEPER_TENANT_SLICE rows while several are due) and the walk over tenants
-             rotates, so one tenant's burst cannot starve another's timers (the walk covers the tenants
-             with due timers, the front of the (due_at, tenant) index: a tenant with none costs nothing).
-             A due set of 200+ rows that fits one batch and has just become due is split into
-             whole-partition shares, one per worker (``SweeperConfig.peers``, set on the session as
-             ``queen.sweeper_peers``), so the sweepers that wake at its instant fire it side by side.
-  2. pack    in Python: decompress the client's zstd, check the payload is JSON, seal it in the log's
-             stored format (an encrypted payload was sealed at schedule and moves untouched).
-  3. fire    ``queen_timers_fire`` (no token): delete exactly the rows taken that are unchanged (same ctid
-             and message id: a row cancelled or rescheduled while it was packed is skipped) and push
-             exactly those through ``queen_push`` (message id, txn and producer sub of the timer), in
-             (queue, partition, deliverAt) order; failed rows get a backoff and, at the attempt budget,
-             a synthetic DLQ row (consumer group ``__timers__``). Then COMMIT.
-The sweeper's connection commits without waiting for the WAL flush (``synchronous_commit`` off,
-``timers_sweeper_session``): a fire lost in a database crash loses its deletes with its pushes, so the
-timers fire again, and whoever saw the messages through a write of its own flushed the fire with it.
-A take rewrites no row, so a burst costs one delete per timer (the former claim stamped each row first:
-four index entries per row, more than half of a cycle). A crash rolls the transaction back: the rows
-were never touched and are due again at once. A hung sweeper's open transaction is ended by the
-database after ``QUEEN_SWEEPER_LEASE_MS`` idle, at least 1 s (``idle_in_transaction_session_timeout``).
-A cancel or reschedule meets the fire only during its delete-to-commit window: it waits for the commit and then
-finds the row gone (``absent``; a reschedule then schedules anew), or, if the fire rolled back, acts on
-the row. The rows of a cycle that must hold them while nothing happens (an injected stall, the test
-hooks) are LEASED instead (``queen_timers_lease``: claim token, ``claimed_until`` from the clock at the
-stamp) and the transaction commits; while leased a cancel or reschedule answers ``too_late`` and peek
-says ``claimed``; the fire then goes by token (``queen_timers_fire``) in autocommit.
+A cycle runs on the sweeper's own connection, and its transaction is what holds the rows it fires:
+- Usually ONE statement, its own transaction (``queen_timers_sweep``): take the due rows and, when every
+  one is ready (its payload was judged JSON or sealed at schedule, and no test fault is injected), fire
+  them inside the database; no payload leaves it.
+- When rows need packing, that statement takes nothing and answers 'unready'. The cycle (and the ones
+  after it, until one finds nothing to pack; every cycle while the test hooks' faults are on) then runs
+  inside a transaction: take (``queen_timers_sweep`` with ``p_in_tx``), pack in Python (decompress the
+  client's zstd, check the payload is JSON, seal it in the log's stored format; a payload sealed at
+  schedule moves untouched), fire (``queen_timers_fire``: delete exactly the rows taken that are
+  unchanged, push exactly those through ``queen_push`` with the timer's message id, txn and producer
+  sub, back off the failed ones), commit.
 
 Recurring timers (``broker.timers.recur``, docs/concepts/recurring-schedules.md): a recurring row is
 never ready, so a cycle that takes one runs the steps above in a transaction; between take and fire
@@ -49,44 +22,41 @@ the take (``db_now``), applying its missed policy, and the fire (``queen_timers_
 rows: query ``timers_fire_recur``) pushes the occurrence and moves the row in the same statement. The
 worker CPU this costs is ``queen_timers_recur_next_seconds_total``. A cycle with none is unchanged.
 
-Order without a leader: every sweeper takes and fires at the same time, and takes are
-partition-exclusive (``queen_timers_take`` in ``broker/sql/functions/timers.sql``). A take reads due rows only
-from (tenant, queue, partition) groups no live lease holds, always a partition's earliest due rows,
-and two sweepers cannot hold one partition (a transaction advisory lock per partition, then the
-live-lease check in a fresh snapshot). So each batch holds whole partitions' due prefixes, fired in
-deliverAt order; a partition's later rows can be taken only after that fire committed (or rolled back,
-or a lease expired or was handed back). Different sweepers fire different partitions in parallel; one
-partition is fired by one sweeper at a time. A row that becomes due while its partition is held waits
-for the next cycle; a lease blocks its own partition until it ends, nothing else. A re-fire after a
-lost commit meets queen_push's (partition, txn) idempotency and is a duplicate, never a frame.
+Why a transaction and not a claim stamp: a take reads rows and writes nothing, so a burst costs one
+delete per timer; a crash rolls back and the rows are due again at once; a cancel or reschedule meeting
+a fire waits for its commit and then finds the row gone (``absent``) or, after a rollback, acts on it.
+A hung sweeper's transaction is ended by the database after ``QUEEN_SWEEPER_LEASE_MS`` idle (at least
+``IDLE_FLOOR_MS``). Rows that must be held while nothing happens (an injected stall) are leased instead
+(``queen_timers_lease``: a token and ``claimed_until``); while leased a cancel answers ``too_late``, and
+they are fired by token in autocommit. The sweeper's session commits without waiting for the WAL flush
+(``timers_sweeper_session`` says why that loses nothing).
 
-Wake-ups: sleep until the earliest due instant, as computed by the database (milliseconds from the
-cycle's BEGIN, so the wake-up is counted from the cycle's start, not its end), clamped to
-[QUEEN_SWEEPER_MIN_SLEEP_MS, QUEEN_SWEEPER_MAX_SLEEP_MS]. A timer due sooner than the max sleep wakes
-a sweeper early: a schedule that commits by itself on a worker whose sweeper is ``awake`` wakes that
-sweeper in process (``expect``) and sends no NOTIFY; any other (inside a transaction bundle, on a worker
-whose sweeper is disabled, draining or stuck in a cycle) sends NOTIFY ``queen_timers`` (payload: the
-delay in ms), which wakes every sweeper. A full batch (or more due rows) means claim again at once. A cycle that claimed nothing while
-rows are due (their partitions are claimed by other sweepers) sleeps ``BLOCKED_SLEEP_MS`` (clamped); a take
-that took nothing reads the first due instant again at its end, so rows another sweeper fired while this
-one was taking do not count as due (both sweepers then slept 50 ms at once).
+Order without a leader: takes are partition-exclusive (``queen_timers_take``), so each cycle fires whole
+partitions' due prefixes in deliverAt order, one sweeper per partition at a time, different partitions
+in parallel; tenants get equal slices of a batch, walked from a rotating cursor, so one tenant's burst
+cannot starve another. A re-fire after a lost commit meets queen_push's (partition, txn) idempotency and
+is a duplicate, never a second message.
 
-Failures: a permanent one (not JSON, not zstd, an injected permanent fault, a statement the database
-refuses for this row) spends one attempt; a transient one (SQLSTATE 40001, 40P01, 08xxx, 53xxx,
-57xxx, an injected transient fault) spends none. Both clear the claim and back off exponentially
-(``QUEEN_SWEEPER_BACKOFF_BASE_MS`` doubling up to ``..._CAP_MS``): the row is not claimed, so it can
-be cancelled. After ``QUEEN_SWEEPER_MAX_ATTEMPTS`` the row moves to its queue's DLQ. A fire of taken
-rows that the database refuses is undone inside the function (the transaction and its partition locks
-stay), and the rows at fault are then found one at a time, or backed off, in the same transaction.
+Wake-ups: sleep until the earliest due instant the database reported, counted from the cycle's start,
+clamped to [QUEEN_SWEEPER_MIN_SLEEP_MS, QUEEN_SWEEPER_MAX_SLEEP_MS]; a full batch (or rows left due)
+takes again at once; due rows all in partitions other sweepers hold sleep ``BLOCKED_SLEEP_MS``. A timer
+due sooner than the max sleep wakes a sweeper early: in process (``expect``) when its schedule
+committed alone on a worker whose sweeper is awake, otherwise by NOTIFY ``queen_timers`` (payload: the
+delay in ms), which every sweeper hears.
 
-Only an operator stops the fire (``POST /api/v1/admin/timers/sweeper {"paused": true}``); no quota,
-storage or pause rung of the limits does. Drain (SIGTERM): stop taking, let a cycle in flight commit,
-interrupt a stalled cycle, hand back leases still held so another sweeper fires those rows at once
-instead of after the lease.
+Failures: a permanent one (not JSON, not zstd, a row the database refuses, an injected permanent fault)
+spends an attempt; a transient one (``broker.store.failures.failure_class``) spends none. Both back off
+exponentially (``QUEEN_SWEEPER_BACKOFF_BASE_MS`` doubling up to ``..._CAP_MS``), leaving the row
+cancellable; after ``QUEEN_SWEEPER_MAX_ATTEMPTS`` it moves to its queue's DLQ. A fire the database refuses
+is undone inside the function (the transaction and its partition locks stay), and the rows at fault are
+found one at a time in the same transaction.
 
-Gauges: ``queen_timers_pending`` is the sum of the per-tenant pending counters kept by triggers
-(``queen_usage_gauges``, ``broker/sql/functions/limits.sql``), read every ``PENDING_EVERY_S``; ``queen_sweeper_fired`` is this
-worker's own fired count (one series per process), which shows the fire is shared.
+Only an operator stops the fire (``POST /api/v1/admin/timers/sweeper {"paused": true}``); no limit does.
+Drain (SIGTERM): stop taking, let a cycle in flight commit, interrupt a stall, hand back leases still
+held so another sweeper fires those rows at once.
+
+Gauges: ``queen_timers_pending`` sums the per-tenant counters the triggers keep (``queen_usage_gauges``),
+read every ``PENDING_EVERY_S``; ``queen_sweeper_fired`` is this worker's own fired count.
 """
 
 from __future__ import annotations
@@ -102,7 +72,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
-import orjson
 
 from broker import metering
 from broker.codec import CODEC_RAW, Codec, CodecError
@@ -121,7 +90,8 @@ from broker.metrics import (
     TIMERS_RECUR_ADVANCED,
     TIMERS_RECUR_NEXT,
 )
-from broker.store.failures import DB_DOWN
+from broker.payloads import NotJson, client_json
+from broker.store.failures import failure_class
 from broker.store.pool import connect
 from broker.store.queries import Q
 from broker.timers import recur
@@ -131,34 +101,24 @@ log = logging.getLogger("queen.sweeper")
 
 CHANNEL = "queen_timers"
 BLOCKED_SLEEP_MS = 50
-TRANSIENT_PREFIXES = ("08", "53", "57")
-TRANSIENT_STATES = frozenset({"40001", "40P01"})
 PENDING_EVERY_S = 5.0
 STUCK_CYCLE_S = 0.25  # a cycle in flight longer than this cannot be relied on to see a new timer soon
 IDLE_FLOOR_MS = 1_000  # a fire transaction idle this long is hung whatever the lease (never a slow pack)
 
 
-def failure_class(exc: BaseException) -> str:
-    """``transient`` (costs no attempt) or ``permanent`` (spends one) for a failed commit."""
-    state = getattr(exc, "sqlstate", None)
-    if isinstance(exc, DB_DOWN):  # incl. InternalClientError: a connection broken mid-protocol
-        return "transient"
-    if state and (state in TRANSIENT_STATES or state.startswith(TRANSIENT_PREFIXES)):
-        return "transient"
-    return "permanent"
-
-
 @dataclass(frozen=True)
 class SweeperConfig:
-    lease_ms: int = 30_000
-    min_sleep_ms: int = 1
-    max_sleep_ms: int = 1_000
-    batch: int = 1_000
-    tenant_slice: int = 250
-    max_attempts: int = 5
-    backoff_base_ms: int = 500
-    backoff_cap_ms: int = 300_000
-    faults: bool = False  # honour the test hooks' injected faults
+    """The sweeper's settings; its defaults are ``Settings``' (the one table of defaults)."""
+
+    lease_ms: int = Settings.sweeper_lease_ms
+    min_sleep_ms: int = Settings.sweeper_min_sleep_ms
+    max_sleep_ms: int = Settings.sweeper_max_sleep_ms
+    batch: int = Settings.sweeper_batch
+    tenant_slice: int = Settings.sweeper_tenant_slice
+    max_attempts: int = Settings.sweeper_max_attempts
+    backoff_base_ms: int = Settings.sweeper_backoff_base_ms
+    backoff_cap_ms: int = Settings.sweeper_backoff_cap_ms
+    faults: bool = Settings.test_hooks  # honour the test hooks' injected faults
     peers: int = 1  # sweepers sharing the database (this broker's workers): a cycle takes its share of a small due set
 
     @classmethod
@@ -195,7 +155,7 @@ class SweeperConfig:
 @dataclass
 class CycleResult:
     paused: bool = False
-    claimed: int = 0
+    taken: int = 0  # rows the cycle took (fired, failed, or found changed and skipped)
     fired: int = 0
     duplicates: int = 0
     backoff: int = 0
@@ -205,10 +165,10 @@ class CycleResult:
     began_at: float = 0.0  # event-loop clock when the cycle's transaction began (next_due_ms counts from it)
 
     def more_due(self, batch: int) -> bool:
-        """Claim again at once: the batch was full, or rows were left due by the tenant slices."""
-        if self.claimed >= batch:
+        """Take again at once: the batch was full, or rows were left due by the tenant slices."""
+        if self.taken >= batch:
             return True
-        return self.claimed > 0 and self.next_due_ms is not None and self.next_due_ms <= 0
+        return self.taken > 0 and self.next_due_ms is not None and self.next_due_ms <= 0
 
 
 class _FireError(Exception):
@@ -220,7 +180,7 @@ class _FireError(Exception):
 
 
 class _Stopped(Exception):
-    """The sweeper is draining: abandon the cycle; its claims are handed back by ``stop``."""
+    """The sweeper is draining: abandon the cycle; its leases are handed back by ``stop``."""
 
 
 @dataclass
@@ -328,8 +288,7 @@ class Sweeper:
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.conn: asyncpg.Connection | None = None
         self.cursor: str | None = None
-        self.held: set[uuid.UUID] = set()
-        self.cycles = 0
+        self.leases: set[uuid.UUID] = set()  # tokens of rows this sweeper leased and has not fired yet
         self.fired = 0  # timers this sweeper fired (the per-process gauge queen_sweeper_fired)
         self._wake = asyncio.Event()
         self._notify_at = math.inf
@@ -378,7 +337,7 @@ class Sweeper:
         instant the database measured it from, not the end of the cycle: a cycle that took 10 ms would
         otherwise sleep 10 ms past the due instant), clamped to [min_sleep, max_sleep]."""
         next_due = res.next_due_ms
-        if not res.claimed and next_due is not None and next_due <= 0:
+        if not res.taken and next_due is not None and next_due <= 0:
             next_due = BLOCKED_SLEEP_MS  # due rows, all in partitions other sweepers hold
         return res.began_at + self.config.clamp_sleep_ms(next_due) / 1000
 
@@ -422,7 +381,7 @@ class Sweeper:
         except _Stopped:
             pass
         except BaseException:
-            # Start the next run from a clean connection; claims held expire after the lease.
+            # Start the next run from a clean connection; leases held expire by themselves.
             self._running = False
             await self._drop_conn()
             raise
@@ -434,7 +393,7 @@ class Sweeper:
             conn.terminate()
 
     async def run_once(self) -> CycleResult:
-        """One cycle: claim, pack, commit."""
+        """One cycle: take, pack, fire (one transaction)."""
         async with self._cycle_lock:
             if self._stopping.is_set():
                 raise _Stopped
@@ -445,16 +404,15 @@ class Sweeper:
                 res = await self._cycle(conn)
             finally:
                 self._cycle_since = None
-            if res.claimed:
+            if res.taken:
                 SWEEP_CYCLE.observe(time.perf_counter() - started)
-            self.cycles += 1
             await self._maybe_count_pending(conn)
             return res
 
     async def _cycle(self, conn: asyncpg.Connection) -> CycleResult:
         """One fire transaction; its rows are counted (metrics, ``res``) after its commit, not before it:
-        per fired row that is a histogram observation, and ~2 ms of a 1,000-row cycle spent while the
-        transaction, its partition locks and the consumers' wake-up (the NOTIFY at commit) waited."""
+        that is a histogram observation per fired row, work that would otherwise keep the transaction,
+        its partition locks and the consumers' wake-up (the NOTIFY at commit) waiting."""
         res = CycleResult(began_at=asyncio.get_running_loop().time())
         out = await self._fire_cycle(conn, res)
         self._account(res, out)
@@ -486,14 +444,14 @@ class Sweeper:
             # Rows to hold while nothing happens (an injected stall): lease them and commit, so no
             # transaction stays open across the wait; the fire then goes by token.
             token = uuid.uuid4()
-            self.held.add(token)
+            self.leases.add(token)
             lease = TimersLease(token=token, lease_ms=cfg.lease_ms, claimed_by=self.name,
                                 tenants=[r["tenant"] for r in taken], queues=[r["queue"] for r in taken],
                                 keys=[r["timer_key"] for r in taken], ids=[r["message_id"] for r in taken])
             await conn.fetch(Q.timers_lease, *lease.args())
         await self._stall(stall_ms)
         out = await self._settle(conn, token, packed)
-        self.held.discard(token)
+        self.leases.discard(token)
         return out
 
     def _read_sweep(self, rows: list[Any], res: CycleResult) -> tuple[list[Any], list[Any], bool]:
@@ -505,8 +463,8 @@ class Sweeper:
             if kind == "summary":
                 res.next_due_ms = r["next_due_ms"]
                 res.paused = bool(r["paused"])
-                res.claimed = r["taken"] or 0
-                if res.claimed:
+                res.taken = r["taken"] or 0
+                if res.taken:
                     self.cursor = r["tenant"]
             elif kind == "taken":
                 taken.append(r)
@@ -531,7 +489,7 @@ class Sweeper:
             return await self._fail_all(conn, token, packed, f"{type(exc).__name__}: {exc}", klass)
 
     async def _stall(self, ms: int) -> None:
-        """Injected stall (test hook): the claim is held while nothing happens; a drain interrupts it."""
+        """Injected stall (test hook): the leased rows wait while nothing happens; a drain interrupts it."""
         try:
             await asyncio.wait_for(self._stopping.wait(), timeout=ms / 1000)
         except TimeoutError:
@@ -539,7 +497,7 @@ class Sweeper:
         raise _Stopped
 
     def pack(self, rows: list[Any]) -> _Packed:
-        """Turn claimed rows into the log's stored bytes, or into failures with their class."""
+        """Turn rows taken into the log's stored bytes, or into failures with their class."""
         p = _Packed()
         recurring: list[tuple[Any, bytes | None, int]] = []
         for r in rows:
@@ -555,16 +513,12 @@ class Sweeper:
             if r["key_id"] is not None:
                 p.good(r, None, 0)  # sealed at schedule: the stored bytes are the log's bytes
                 continue
-            body = r["payload"]
-            if r["payload_zstd"]:
-                try:
-                    body = self.codec.decompress(body)
-                except CodecError as exc:
-                    p.fail(r, f"payload is not a valid zstd frame: {exc}", "permanent", bad_payload=True)
-                    continue
             try:
-                orjson.loads(body)
-            except orjson.JSONDecodeError as exc:
+                body = client_json(self.codec, r["payload"], zstd=r["payload_zstd"])
+            except CodecError as exc:
+                p.fail(r, f"payload is not a valid zstd frame: {exc}", "permanent", bad_payload=True)
+                continue
+            except NotJson as exc:
                 p.fail(r, f"payload is not valid JSON: {exc}", "permanent", bad_payload=True)
                 continue
             codec, sealed = self.codec.pack(body)
@@ -581,16 +535,12 @@ class Sweeper:
         None when the row failed (recorded in ``p``)."""
         if r["key_id"] is not None:
             return None, 0
-        body = r["payload"]
-        if r["payload_zstd"]:
-            try:
-                body = self.codec.decompress(body)
-            except CodecError as exc:
-                p.fail(r, f"payload is not a valid zstd frame: {exc}", "permanent", bad_payload=True)
-                return None
         try:
-            orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
+            body = client_json(self.codec, r["payload"], zstd=r["payload_zstd"])
+        except CodecError as exc:
+            p.fail(r, f"payload is not a valid zstd frame: {exc}", "permanent", bad_payload=True)
+            return None
+        except NotJson as exc:
             p.fail(r, f"payload is not valid JSON: {exc}", "permanent", bad_payload=True)
             return None
         codec, sealed = self.codec.pack(body)
@@ -694,7 +644,7 @@ class Sweeper:
 
     # ---------------------------------------------------------------- drain
     async def stop(self, timeout_s: float = 5.0) -> None:
-        """Stop claiming, let an in-flight commit finish, hand back claims still held, close the connection."""
+        """Stop taking, let an in-flight commit finish, hand back leases still held, close the connection."""
         self._stopping.set()
         self._wake.set()
         try:
@@ -703,22 +653,22 @@ class Sweeper:
         except TimeoutError:
             locked = False
         try:
-            if self.held:
-                tokens = list(self.held)
+            if self.leases:
+                tokens = list(self.leases)
                 conn = self.conn if locked and self.conn is not None and not self.conn.is_closed() else None
                 own = conn is None
                 if own:
                     conn = await connect(self.dsn)
                 assert conn is not None
                 try:
-                    await conn.execute(Q.timers_release_claims, tokens)
-                    log.info("sweeper released %d claim token(s) at drain", len(tokens))
-                    self.held.clear()
+                    await conn.execute(Q.timers_release_leases, tokens)
+                    log.info("sweeper released %d lease token(s) at drain", len(tokens))
+                    self.leases.clear()
                 finally:
                     if own:
                         await conn.close()
         except Exception:
-            log.exception("could not release timer claims at drain; they expire after the lease")
+            log.exception("could not release timer leases at drain; they expire by themselves")
         finally:
             if self.conn is not None and not self.conn.is_closed():
                 try:

@@ -14,7 +14,7 @@
 -- popped from the queue has passed it and none holds it (queen_eph_trim), when it is older than
 -- ttlSeconds, when dropOldest makes room, or on reset/delete. A group that stops popping keeps the
 -- ring full until TTL or the bounds deal with it (reset forgets every group).
--- Re-applied at boot when any function file changes (README, "Schema and upgrades"): CREATE OR
+-- Re-applied at boot when any function file changes (docs/guides/deploying.md, "Schema and upgrades"): CREATE OR
 -- REPLACE statements only; tables, indexes and data belong in forward-only migrations.
 
 -- The lock key of a queue (first half of the advisory lock pair).

@@ -3,7 +3,7 @@
 --
 -- Storage counts a row as the bytes of its key plus its value's JSON text (the same measure on insert,
 -- update, delete and prune, so the gauge never drifts).
--- Re-applied at boot when any function file changes (README, "Schema and upgrades"): CREATE OR
+-- Re-applied at boot when any function file changes (docs/guides/deploying.md, "Schema and upgrades"): CREATE OR
 -- REPLACE statements only; tables, indexes and data belong in forward-only migrations.
 
 -- A timestamp as the KV answers carry it (UTC, microseconds, ISO 8601).

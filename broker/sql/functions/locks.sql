@@ -60,7 +60,7 @@ CREATE OR REPLACE FUNCTION queen_lock_target(p_tenant text, p_op jsonb) RETURNS 
         LIMIT 1) END
 $$;
 
--- queen_locks_apply: the ops of one call, validated and normalised by broker/locks/ops.py:
+-- queen_locks_apply: the ops of one call, validated and normalised by broker/locks/parse.py:
 --   {"op":"acquire","name","ttl","owner","limit"}  {"op":"renew","name","token","ttl","slot"|null,"owner"|null}
 --   {"op":"release","name","token","slot"|null}    {"op":"get","name"}
 -- Each name appears at most once per call. Returns {"results":[...]} index-aligned, in the shapes of

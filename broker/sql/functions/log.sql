@@ -1,6 +1,6 @@
 -- The message log's functions: push, pop, ack, dead letters, wake-ups of long polls and retention.
 -- Tables: broker/sql/migrations/0001_foundation.sql and 0002_log.sql.
--- Re-applied at boot when any function file changes (README, "Schema and upgrades"): CREATE OR
+-- Re-applied at boot when any function file changes (docs/guides/deploying.md, "Schema and upgrades"): CREATE OR
 -- REPLACE statements only; tables, indexes and data belong in forward-only migrations.
 
 -- A new partition's id: the next queen_partition_numbers value n inside a version-8 UUID,
@@ -42,24 +42,20 @@ $$;
 --     A duplicate breaks the unique (tenant, partition_id, txn) index, which undoes that attempt, and
 --     the statement that finds duplicates runs instead (and runs first where the transaction-local
 --     setting queen.push_careful is on: a timer fire past its 31st tenant's push, which keeps a fire's
---     subtransactions under the 64 a backend caches). Measured on the embedded PostgreSQL, medians
---     of alternated rounds against the statement alone: a 1-item push the same (0.56 ms), 10 items
---     0.94 -> 0.76 ms, 100 items 3.0 -> 2.1 ms, 1,000 items 21 -> 15 ms; a 1,000-row timer fire into 16
---     partitions 20.5 -> 17.2 ms.
+--     subtransactions under the 64 a backend caches). Batches of 10 items and more are faster so, a
+--     one-item push no slower (docs/performance.md, "push").
 --   * The duplicate lookup (both paths, once a batch has a duplicate) is a correlated scalar probe per
 --     item: never flattened into a join, it binds all three key columns of the unique (tenant,
 --     partition_id, txn) index. A LEFT JOIN was planned (generic plan) with partition_id as a mere
---     join filter, a scan of the tenant's whole index per item (1,000 items over 8 partitions: 43 ms on a fresh database,
---     390 ms eight batches later; with the probe 18-24 ms flat). The fast path's join, even with
---     partition_id bound, became a hash of the WHOLE partition under the generic plan (estimated one
---     row): a 10-item push cost 0.8 ms into an empty partition, 5.9 ms at 10k messages, 103 ms at 200k
---     (measured: the timer fire of a steady 1,000/s into one queue spent 4.8 of its 6 ms there);
---     as a probe it reads only its items' rows (tests/test_log_push_paths.py). KNOWN: on a table never
+--     join filter, a scan of the tenant's whole index per item, growing with the tenant's messages; the
+--     fast path's join, even with partition_id bound, became a hash of the WHOLE partition under the
+--     generic plan (estimated one row), growing with the partition. As a probe it reads only its
+--     items' rows (tests/test_log_push_paths.py counts them). KNOWN: on a table never
 --     analyzed the general path's probe may still be planned on the primary key (tenant, partition_id)
 --     with txn as a filter, i.e. the partition read once per item.
 --   * plan_cache_mode = force_generic_plan: its statements are planned once per connection instead of
---     at every call; planning was over half the cost of a one-item push (1.3 -> 0.6 ms per call at
---     batch 1, about 15 % less at batch 100, about 20 % more at batch 1000, where execution dominates).
+--     at every call: planning at every call was over half the cost of a one-item push, the common
+--     case; a batch of 1,000, where execution dominates, pays a little for the generic plan.
 --   * There is no (tenant, txn) index: the lookup by (queue, txn) probes the unique
 --     (tenant, partition_id, txn) index per partition of the queue, and no write pays for a second index.
 CREATE OR REPLACE FUNCTION queen_push(
@@ -197,9 +193,8 @@ BEGIN
     -- Every read of queen_queues and queen_partitions below is a probe by key of one of the batch's
     -- queues or partitions, never a read of the tenant's rows: joined on (queue, name), the planner read
     -- all of them (a bitmap scan by tenant, hashed), and under a caller's planner settings with hash joins
-    -- and bitmap scans off (the timer fire) it compared every item with every partition of the tenant.
-    -- A 1,000-row fire into 2 partitions took 53 ms beside 16 partitions of the tenant and 162 ms beside
-    -- 96 (PostgreSQL 15; tests/test_log_push_paths.py counts the rows read: 10,009 before, under 260).
+    -- and bitmap scans off (the timer fire) it compared every item with every partition of the tenant,
+    -- a cost growing with the tenant's partitions (tests/test_log_push_paths.py counts the rows read).
     IF NOT EXISTS (SELECT 1 FROM queen_tenants t WHERE t.tenant = p_tenant) THEN
         INSERT INTO queen_tenants (tenant) VALUES (p_tenant) ON CONFLICT DO NOTHING;
     END IF;
@@ -254,7 +249,6 @@ BEGIN
 
     -- As the fast path: first as if every item were new, numbered per partition by position; a
     -- duplicate (stored or within the batch) undoes the attempt and the statement after it finds them.
-    -- (Measured, a 1,000-row timer fire into 16 partitions: 20.5 -> 17.2 ms.)
     IF current_setting('queen.push_careful', true) IS DISTINCT FROM 'on' THEN
         BEGIN
             WITH items AS (
@@ -520,8 +514,9 @@ $$;
 -- The messages a pop looks at next in one partition for a group: the first p_limit offsets after p_from
 -- the group has not acked, in offset order, each with what decides its fate in queen_pop: its deadline
 -- passed (expired), it waited longer than maxWaitTimeSeconds (waited_out), delayedProcessing or
--- retryDelay holds it back (not_yet), its failures so far, and special = any of those or its retries
--- spent (a message queen_pop must treat on its own). p_states false says the group keeps no per-message
+-- retryDelay holds it back (not_yet), its failures so far, whether it was deleted (a tombstone,
+-- queen_message_delete), and special = any of those or its retries spent (a message queen_pop must
+-- treat on its own). p_states false says the group keeps no per-message
 -- state in the partition past p_from (queen_msg_state): the probe of it per message is skipped (a
 -- pseudo-constant join qual). One SELECT, STABLE: the planner inlines it into the calling statement.
 -- Its body reads queen_msg_state.retry_at (migration 0010), and an upgrade release by release runs
@@ -534,16 +529,17 @@ CREATE OR REPLACE FUNCTION queen_pop_window(
     p_retry_limit integer, p_max_wait_s integer, p_gated boolean, p_delay_s integer, p_retry_delay_ms integer
 ) RETURNS TABLE (seq bigint, id uuid, txn text, trace_id uuid, payload bytea, codec smallint, key_id text,
                  producer_sub text, created_at timestamptz, deadline_at timestamptz, expired boolean,
-                 failures integer, waited_out boolean, not_yet boolean, special boolean)
+                 failures integer, waited_out boolean, not_yet boolean, deleted boolean, special boolean)
 LANGUAGE sql STABLE AS $$
-    SELECT w.*, (w.expired OR w.waited_out OR w.not_yet OR w.failures > p_retry_limit)
+    SELECT w.*, (w.expired OR w.waited_out OR w.not_yet OR w.deleted OR w.failures > p_retry_limit)
     FROM (SELECT mm.seq, mm.id, mm.txn, mm.trace_id, mm.payload, mm.codec, mm.key_id, mm.producer_sub,
                  mm.created_at, mm.deadline_at, (mm.deadline_at IS NOT NULL AND mm.deadline_at <= now()),
                  coalesce(st.failures, 0),
                  (p_max_wait_s > 0 AND mm.created_at <= now() - p_max_wait_s * interval '1 second'),
                  (p_gated AND coalesce(
                      (p_delay_s > 0 AND mm.created_at > now() - p_delay_s * interval '1 second')
-                     OR (p_retry_delay_ms > 0 AND st.retry_at > now()), false))
+                     OR (p_retry_delay_ms > 0 AND st.retry_at > now()), false)),
+                 mm.deleted_at IS NOT NULL
           FROM queen_messages mm
           LEFT JOIN LATERAL (SELECT s.acked, s.failures, s.retry_at FROM queen_msg_state s
                              WHERE p_states AND s.tenant = p_tenant AND s.partition_id = mm.partition_id
@@ -551,7 +547,7 @@ LANGUAGE sql STABLE AS $$
           WHERE mm.tenant = p_tenant AND mm.partition_id = p_pid AND mm.seq > p_from AND st.acked IS NOT TRUE
           ORDER BY mm.seq
           LIMIT p_limit) w (seq, id, txn, trace_id, payload, codec, key_id, producer_sub, created_at, deadline_at,
-                            expired, failures, waited_out, not_yet)
+                            expired, failures, waited_out, not_yet, deleted)
 $$;
 RESET check_function_bodies;
 
@@ -564,8 +560,7 @@ CREATE OR REPLACE FUNCTION queen_pop(
 LANGUAGE plpgsql
 -- Planned once per connection, as queen_push and queen_ack are: left to choose, PostgreSQL planned its
 -- statements afresh at every one of a connection's first calls (custom plans, each inlining
--- queen_pop_window), 12.4 -> 8.7 ms for the first pop of 1,000 over 16 partitions, 3.1 -> 2.6 ms for
--- the next ones (bench/bench_pop_sql.py measures it against a bare read).
+-- queen_pop_window); bench/bench_pop_sql.py measures a pop against a bare read (docs/performance.md).
 SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
@@ -714,10 +709,8 @@ BEGIN
             -- For a leased pop of a window under v_set_min messages (the batch left, or at most what the
             -- partition held when claimed) the loop alone is cheaper: two statements fewer. Not so with
             -- autoAck: a set handed out past a group with no per-message state moves the cursor by itself,
-            -- where the loop's pop ends in queen_cursor_advance (its six statements); measured on one
-            -- partition holding 1 / 4 / 16 / 31 messages, a long-polling consumer's pop (batch 1,000,
-            -- autoAck, alternated sample by sample): 1.78 -> 1.65, 1.40 -> 1.26, 1.93 -> 1.80,
-            -- 1.60 -> 1.32 ms (PG16), 0.95 -> 0.81 ms for 4 (PG15).
+            -- where the loop's pop ends in queen_cursor_advance (its six statements): faster for every
+            -- window size (docs/performance.md, "pop").
             IF p_auto_ack OR least(v_left, c.next_seq - 1 - v_from) >= v_set_min THEN
                 -- (and whether the group keeps per-message state past v_from: the probe per message then)
                 SELECT e.has, count(w.seq), max(w.seq), coalesce(bool_or(w.special), false)
@@ -761,6 +754,16 @@ BEGIN
                     SELECT * FROM queen_pop_window(p_tenant, c.pid, p_group, v_from, v_left, v_states, q.retry_limit,
                                                    q.max_wait_s, v_gated, q.delay_s, q.retry_delay_ms)
                 LOOP
+                    -- A tombstone (a deleted message) is done for every group: passed over, never handed
+                    -- out nor filed, and remembered as done so the cursor's run goes over its offset.
+                    IF m.deleted THEN
+                        v_picked := v_picked + 1;
+                        v_last := m.seq;
+                        INSERT INTO queen_msg_state AS s (tenant, partition_id, consumer_group, seq, acked)
+                        VALUES (p_tenant, c.pid, p_group, m.seq, true)
+                        ON CONFLICT (tenant, partition_id, consumer_group, seq) DO UPDATE SET acked = true;
+                        CONTINUE;
+                    END IF;
                     -- Delivery is in offset order: a message not servable yet holds back the rest.
                     IF m.not_yet THEN
                         v_held := true;
@@ -871,8 +874,8 @@ CREATE OR REPLACE FUNCTION queen_ack(p_tenant text, p_pids uuid[], p_txns text[]
 RETURNS TABLE (idx integer, success boolean, error text, dead_lettered boolean)
 LANGUAGE plpgsql
 -- Planned once per connection (and again after an ANALYZE of its tables): left to choose, PostgreSQL
--- re-planned the item and lock queries at every call, 0.55 ms of a 1.4 ms one-item ack. Measured in
--- one database, variants alternated: a one-item ack 1.76 -> 0.73 ms, batch 100 2.8 -> 2.5 ms.
+-- re-planned the item and lock queries at every call, over a third of a one-item ack
+-- (docs/performance.md, "ack").
 SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
@@ -1016,6 +1019,74 @@ BEGIN
         PERFORM queen_wake(p_tenant, ARRAY(SELECT DISTINCT p.queue::text FROM queen_partitions p
                                            WHERE p.tenant = p_tenant AND p.id = ANY (v_rp)));
     END IF;
+END
+$$;
+
+-- Delete one message (DELETE /api/v1/messages/{pid}/{txn}, docs/decisions.md §9): its row stays at its
+-- offset as a tombstone (payload emptied, codec/key dropped, deleted_at set) so the partition's offsets
+-- stay gapless. Every consumer group is done with it from now on: each cursor of the partition below it
+-- remembers it as acknowledged and moves over the run it completes (a lease holding it keeps its other
+-- messages, and is released once they are acked); a group that reaches it later passes over it in
+-- queen_pop. Its dead letters (copies of its payload) go too. The storage gauge drops by the payload's
+-- bytes, and a trace event (type 'deleted', by p_sub) records the deletion on the message. Answers one
+-- row: status 'deleted' | 'already_deleted' (nothing changes: deleting twice is idempotent) |
+-- 'not_found' (no such message for this tenant).
+CREATE OR REPLACE FUNCTION queen_message_delete(p_tenant text, p_pid uuid, p_txn text, p_sub text, p_trace_id uuid)
+RETURNS TABLE (status text, seq bigint, message_id uuid, queue text, partition text, freed_bytes bigint,
+               dead_letters integer, deleted_at timestamptz)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_seq   bigint;
+    v_id    uuid;
+    v_bytes bigint;
+    v_at    timestamptz;
+    v_queue text;
+    v_name  text;
+    v_dlq   integer := 0;
+    k       record;
+BEGIN
+    SELECT p.queue, p.name INTO v_queue, v_name FROM queen_partitions p WHERE p.tenant = p_tenant AND p.id = p_pid;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 'not_found'::text, NULL::bigint, NULL::uuid, NULL::text, NULL::text, 0::bigint, 0,
+                            NULL::timestamptz;
+        RETURN;
+    END IF;
+    -- The partition's cursors first, in (partition, group) order as queen_ack takes them, then the row.
+    PERFORM 1 FROM queen_cursors cu WHERE cu.tenant = p_tenant AND cu.partition_id = p_pid
+    ORDER BY cu.consumer_group FOR UPDATE;
+    SELECT m.seq, m.id, octet_length(m.payload), m.deleted_at INTO v_seq, v_id, v_bytes, v_at
+    FROM queen_messages m WHERE m.tenant = p_tenant AND m.partition_id = p_pid AND m.txn = p_txn
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 'not_found'::text, NULL::bigint, NULL::uuid, v_queue, v_name, 0::bigint, 0,
+                            NULL::timestamptz;
+        RETURN;
+    END IF;
+    IF v_at IS NOT NULL THEN
+        RETURN QUERY SELECT 'already_deleted'::text, v_seq, v_id, v_queue, v_name, 0::bigint, 0, v_at;
+        RETURN;
+    END IF;
+
+    UPDATE queen_messages m SET payload = '\x'::bytea, codec = 0, key_id = NULL, deleted_at = now()
+    WHERE m.tenant = p_tenant AND m.partition_id = p_pid AND m.seq = v_seq
+    RETURNING m.deleted_at INTO v_at;
+    PERFORM queen_gauge_add(p_tenant, -v_bytes, 0);
+
+    FOR k IN SELECT cu.consumer_group AS grp FROM queen_cursors cu
+             WHERE cu.tenant = p_tenant AND cu.partition_id = p_pid AND cu.acked_seq < v_seq
+             ORDER BY cu.consumer_group LOOP
+        PERFORM queen_cursor_advance(p_tenant, p_pid, k.grp, ARRAY[v_seq]);
+    END LOOP;
+
+    DELETE FROM queen_dlq d WHERE d.tenant = p_tenant AND d.message_id = v_id AND d.partition_id = p_pid;
+    GET DIAGNOSTICS v_dlq = ROW_COUNT;
+
+    INSERT INTO queen_traces (tenant, id, partition_id, txn, consumer_group, event_type, trace_names, data, sub)
+    VALUES (p_tenant, p_trace_id, p_pid, p_txn, '', 'deleted', '{}',
+            jsonb_build_object('offset', v_seq, 'freedBytes', v_bytes, 'deadLettersRemoved', v_dlq), p_sub);
+
+    RETURN QUERY SELECT 'deleted'::text, v_seq, v_id, v_queue, v_name, v_bytes, v_dlq, v_at;
 END
 $$;
 

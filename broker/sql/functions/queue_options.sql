@@ -12,7 +12,7 @@ $$;
 
 -- The instant the head of (partition, group) after offset p_acked may be delivered, by
 -- delayedProcessing (its push instant + p_delay_s) and retryDelay (its last failure's retry_at); NULL
--- when nothing holds it (or there is no head). PL/pgSQL, not SQL: its body names a column of migration
+-- when nothing holds it (or there is no head; a deleted message is no head). PL/pgSQL, not SQL: its body names a column of migration
 -- 0010, and a SQL function's body is checked when it is created, which an upgrade that re-applies these
 -- files after each older migration would refuse.
 CREATE OR REPLACE FUNCTION queen_head_ready_at(p_tenant text, p_pid uuid, p_group text, p_acked bigint,
@@ -26,6 +26,7 @@ BEGIN
         LEFT JOIN queen_msg_state st ON st.tenant = p_tenant AND st.partition_id = p_pid
                                     AND st.consumer_group = p_group AND st.seq = m.seq
         WHERE m.tenant = p_tenant AND m.partition_id = p_pid AND m.seq > p_acked AND st.acked IS NOT TRUE
+          AND m.deleted_at IS NULL  -- a tombstone holds nothing back: queen_pop passes over it
         ORDER BY m.seq
         LIMIT 1);
 END

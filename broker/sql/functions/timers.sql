@@ -1,7 +1,7 @@
 -- Timers: schedule/reschedule/cancel, and the sweeper's claim and fire.
 -- Tables: broker/sql/migrations/0003_timers.sql. The pending-timer gauge triggers are in limits.sql; the tenant
 -- check (what was a foreign key) is below.
--- Re-applied at boot when any function file changes (README, "Schema and upgrades"): CREATE OR
+-- Re-applied at boot when any function file changes (docs/guides/deploying.md, "Schema and upgrades"): CREATE OR
 -- REPLACE statements only; tables, indexes and data belong in forward-only migrations.
 
 -- The cluster-wide scheduling switch (true when no row says otherwise). PL/pgSQL: a SQL body with a
@@ -74,15 +74,13 @@ CREATE OR REPLACE TRIGGER queen_tenants_timers_del AFTER DELETE ON queen_tenants
 --     for its commit) makes the INSERT fail with unique_violation at the first such key in key order; the
 --     block's subtransaction undoes the rows written so far and the batch takes the general statement.
 --     Only that one batch pays twice, and the waste is bounded by the rows before the first existing key.
---     (A probe by primary key first, to avoid that waste, cost 0.7-0.9 ms per 256 keys: an eighth of the
---     call, on every batch.)
+--     (A probe by primary key first, to avoid that waste, would cost every batch more than the rare
+--     wasted attempt does.)
 --   * anything else: the general statement, which locks the existing rows in key order and decides per
 --     op (scheduled, rescheduled, too_late, cancelled, absent).
--- Measured on PostgreSQL 15, one connection, 256 new keys per call: 7.1 -> 4.4 ms of database time per
--- call (pg_stat_statements), WAL 531 -> 483 bytes per timer.
--- Plans: unlike take and fire (below), apply runs on ONE generic plan per connection, built once: a
--- single schedule spent ~0.6 ms of its ~1.5 ms re-planning this statement at every call (measured
--- with pg_stat_statements, 1.51 -> 0.93 ms per call). A generic plan is built from the table as it was
+-- The plain INSERT path costs less database time and less WAL per timer (docs/performance.md, "schedule").
+-- Plans: unlike take and fire (below), apply runs on ONE generic plan per connection, built once:
+-- re-planned at every call, planning was a large share of a single schedule. A generic plan is built from the table as it was
 -- then, so its shape must not depend on the table's size: every probe of queen_timers is by its
 -- primary key (the other indexes are partial, see 0003_timers.sql, so they cannot serve a probe by
 -- key) and enable_seqscan = off removes the one alternative a plan built on an empty table would
@@ -262,9 +260,9 @@ $$;
 -- 'duplicate', 'backoff' or 'dlq'.
 --
 -- The queue, partition and txn arrays handed to queen_push carry the default collation: aggregated
--- straight from queen_timers' COLLATE "C" columns they made queen_push's call collation "C", and
--- queen_push planned that call ~50x slower (2.4 s instead of 50 ms for 1,000 items, measured).
--- Recurring rows (r_*, broker/sql/migrations/0024_timers_recur.sql) taken with the others are not deleted:
+-- straight from queen_timers' COLLATE "C" columns they made queen_push's call collation "C", which
+-- queen_push's indexes (default collation) cannot serve, and its plan for that call was many times slower.
+-- Recurring rows (r_*, broker/sql/migrations/0025_timers_recur.sql) taken with the others are not deleted:
 -- the row still the one taken (same message id, no live lease, not paused since; by p_token when
 -- leased) is locked and MOVED to the next occurrence the caller computed from its schedule (r_next, with
 -- that occurrence's message id r_next_ids and frame txn r_next_txns: broker/timers/recur.py), and, when
@@ -318,13 +316,13 @@ CREATE OR REPLACE FUNCTION queen_timers_fire(
 ) RETURNS TABLE (kind text, tenant text, queue text, timer_key text, lag_s double precision)
 LANGUAGE plpgsql
 SET plan_cache_mode = force_custom_plan
--- Never JIT-compiled (where the server has JIT): a never-analysed table's row estimates push the plans' cost
--- past jit_above_cost, and compiling took 8-14 ms per cycle for statements that run in 1-5 ms (measured on
--- PostgreSQL 15 with LLVM; the embedded server has no JIT).
+-- Never JIT-compiled (where the server has JIT; the embedded one has none): a never-analysed table's row
+-- estimates push the plans' cost past jit_above_cost, and compiling costs more than the statements it
+-- compiles take to run.
 SET jit = off
 -- The delete by ctid must be a TID scan: priced by random page reads (1,000 ctids ~ 4,000) it loses to
 -- a sequential scan of a 100,000-row table (~2,500), which then reads the whole table and its dead rows
--- per fire (measured 14-28 ms per 1,000 rows, and growing with the table).
+-- per fire, a cost growing with the table.
 SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
@@ -342,8 +340,8 @@ BEGIN
         -- queue's claims per key), locked here, then deleted by ctid below.
         -- The delete's ctid list is a plain array parameter in both cases, so it is a TID scan: with the
         -- lease path's probe inside the delete (a CASE holding a subquery) the planner could not use the
-        -- ctids as a scan key and read the whole table per fire (a sequential scan: 21-28 ms per 1,000
-        -- rows on a 100,000-row burst, growing with the table and its dead rows; measured).
+        -- ctids as a scan key and read the whole table per fire (a sequential scan, growing with the
+        -- table and its dead rows).
         IF p_token IS NOT NULL THEN
             SELECT array_agg(x.tid) INTO v_tids
             FROM unnest(g_tenants, g_queues, g_keys) AS inp(te, q, k)
@@ -392,8 +390,7 @@ BEGIN
             END IF;
             -- Each pushed item meets its queue, key and deliverAt by a join on its index, never by a
             -- subscript: r.qs[i] of a text array walks the array from its start, so subscripting every
-            -- item made the answer quadratic in the batch (measured: 21 -> 37 ms per 1,000 rows from a
-            -- batch of 1,000 to one of 4,000).
+            -- item would make the answer quadratic in the batch.
             RETURN QUERY
             SELECT CASE WHEN qp.st = 'queued' THEN 'fired' ELSE 'duplicate' END,
                    r.tenant, u.q, u.k, extract(epoch FROM clock_timestamp() - u.d)::double precision
@@ -539,8 +536,8 @@ $$;
 -- Plans: the fire's statements are planned afresh at each call (plan_cache_mode = force_custom_plan),
 -- from the call's own arrays (its answer joins on a CASE that only a known p_token folds into an
 -- equality). The take's are planned once per connection (force_generic_plan, as apply, above): it
--- ran every few milliseconds at a steady 1,000 due/s, and planning was 0.6 of its 1.0 ms for five
--- rows (measured alone: a whole small cycle 1.8-2.1 -> 1.3-1.5 ms). A generic plan is built from
+-- runs every few milliseconds at a steady load, and planning it at every call was most of a small
+-- take (docs/performance.md, "sweep cycle"). A generic plan is built from
 -- the table as it was then, so its shape must not depend on the table's size: with sequential and
 -- bitmap scans, hash and merge joins off (below) every statement is an index walk under a LIMIT or
 -- a probe by key, on the partial due indexes (broker/sql/migrations/0003_timers.sql), whatever the
@@ -556,10 +553,9 @@ $$;
 -- comes while the rows are being packed simply wins (the fire matches each row's message id and skips
 -- a row that changed or went). Only the fire's delete locks the rows, for the few milliseconds until
 -- the commit: a cancel meeting it waits for that commit and then finds the row gone (absent), or, if
--- the fire rolled back, cancels it. A take rewrote no row, so a burst costs one delete per timer, not
--- an update then a delete (the stamp wrote four index entries per row: measured 124 of 211 ms per
--- 1,000 rows). A cycle that must hold rows outside a transaction (an injected stall: see
--- broker/sweeper.py) follows the take with queen_timers_lease in the same transaction. Nothing is
+-- the fire rolled back, cancels it. A take rewrites no row, so a burst costs one delete per timer, not
+-- an update then a delete (a claim stamp writes four index entries per row). A cycle that must hold
+-- rows outside a transaction (an injected stall: see broker/timers/sweeper.py) follows the take with queen_timers_lease in the same transaction. Nothing is
 -- taken while an operator has paused the sweeper. With p_faults (test hooks) each row may carry an
 -- injected fault taken from queen_timer_faults. When fewer than p_batch rows were taken, a last row with tenant NULL carries
 -- next_due_ms: how long until the earliest row becomes due (NULL when there is none), by the database
@@ -596,7 +592,7 @@ $$;
 -- ready, per row: its stored bytes are the log's bytes as they are (sealed at schedule, or
 -- payload_ready: judged JSON at schedule, see broker/sql/migrations/0018_timer_payload_ready.sql), so the pack
 -- has nothing to do for it (queen_timers_sweep fires such batches without Python). A recurring row
--- (recur set, broker/sql/migrations/0024_timers_recur.sql) is never ready: its next occurrence is computed in
+-- (recur set, broker/sql/migrations/0025_timers_recur.sql) is never ready: its next occurrence is computed in
 -- Python between this take and the fire (broker/timers/recur.py), so it always takes the pack path.
 -- CREATE OR REPLACE cannot change a function's result columns, so any earlier queen_timers_take is
 -- dropped first (as queen_pop is in log.sql).
@@ -665,10 +661,9 @@ BEGIN
     -- batch (the steady case: a few rows) names the due tenants exactly. A longer one (a burst) is
     -- not read to its end: the tenants are then found by a skip scan of (tenant, due_at), one descent
     -- per tenant that has timers (its first entry is its earliest), so a tenant's burst cannot hide
-    -- another's due rows behind it. Walking queen_tenants and probing each tenant cost a descent per
-    -- tenant of the broker, three times a cycle: a 5-row cycle took 16 ms beside 1,000 tenants with no
-    -- timers, 811 ms beside 100,000 (PostgreSQL 15; 3.9 ms alone); and the skip scan alone 18 ms
-    -- beside 1,000 tenants holding one far-future timer each (PostgreSQL 16; 3.6 ms alone).
+    -- another's due rows behind it. Walking queen_tenants and probing each tenant would cost a descent
+    -- per tenant of the broker, three times a cycle, and a skip scan one per tenant holding any timer:
+    -- both grow with tenants that have nothing due (bench/bench_timers.py, breadth).
     SELECT t.due_at INTO v_first FROM queen_timers t WHERE t.due_at IS NOT NULL ORDER BY t.due_at LIMIT 1;
     IF v_first <= now() THEN  -- anything due at all (an idle cycle reads no front)
         SELECT array_agg(DISTINCT f.tenant), count(*) INTO v_tens, v_front
@@ -699,7 +694,7 @@ BEGIN
         -- set on their sessions: this broker's workers): each locks partitions for its share only, and
         -- the sweepers that wake at its instant fire it side by side. Without the split the first
         -- sweeper locked every partition of a 1,000-timer burst and fired it alone on one core while the
-        -- other found nothing (measured: 1,000 rows / 16 partitions in one fire, burst after burst). A
+        -- other found nothing. A
         -- share is whole partitions (the claim below drains every partition locked, up to the batch),
         -- so no partition is left half fired. "Just due": its first instant passed less than
         -- queen.sweeper_split_window_ms ago (25): a sweeper that is alone comes back for the rest at once
@@ -821,8 +816,7 @@ BEGIN
             )
             -- Without the test hooks (p_faults false: every sweeper's usual take) the rows go out as
             -- claimed: the branch that numbers them for the injected faults sits under a one-time filter
-            -- and is never run (its window sorted every row taken: a take of 1,000 rows 8.6 -> 6.8 ms,
-            -- medians of alternated rounds on the embedded PostgreSQL).
+            -- and is never run (its window would sort every row taken).
             SELECT c.tenant, c.queue, c.timer_key, c.partition, c.message_id, c.tid, c.payload,
                    c.payload_zstd, c.key_id, c.deliver_at, NULL::text, NULL::integer,
                    NULL::bigint, false, (c.key_id IS NOT NULL OR c.payload_ready) AND c.once
@@ -871,8 +865,7 @@ $$;
 -- here and answered by one row of kind 'error' (tenant = SQLSTATE, queue = message), as
 -- queen_timers_fire answers it, so the caller can fall back to packing the rows.
 -- Planned once per connection: it runs every few milliseconds at a steady load, and queen_timers_fire's
--- per-call planning (it must fold p_token's CASEs) was ~0.7 of a 3.4 ms five-row cycle (measured,
--- PostgreSQL 16). Its statements stay one shape whatever the table size or the statistics: the delete
+-- per-call planning (it must fold p_token's CASEs) is a fifth of a small cycle. Its statements stay one shape whatever the table size or the statistics: the delete
 -- is a nested loop over the (ctid, message id) pairs probing by ctid (a TID scan per pair; with the
 -- joins and scans below off nothing else is possible), so it neither scans the table nor compares every
 -- row with every id; the push's answer is zipped with the pushed keys by position, not joined.
@@ -960,8 +953,8 @@ $$;
 --     and the sweeper takes again inside a transaction.
 -- The last row is always kind 'summary': tenant = the first taken row's tenant (the next cursor), taken =
 -- how many rows were taken (0 with 'unready'), next_due_ms and paused as queen_timers_take gives them.
--- Measured (one sweeper, 100,000 due rows never analysed): a 1,000-row cycle spent ~14 ms of worker CPU
--- decoding the take's rows, checking JSON it had already checked at schedule and sending 7 arrays back.
+-- Why in the database: packing in Python costs the worker decoding the take's rows, checking JSON it
+-- had already checked at schedule and sending seven arrays back, for rows whose stored bytes are final.
 -- Taken rows also carry recur (the row's schedule, NULL for a one-shot timer: read by ctid, only on this
 -- path) and db_now (this transaction's now()): the sweeper computes a recurring row's next occurrence
 -- from them (broker/timers/recur.py) by the database's clock. Result columns changed: drop any earlier one.
@@ -1075,8 +1068,8 @@ $$;
 
 -- queen_timers_lease: stamp rows just taken (matched by key and message id, so only the version the
 -- taker read) with p_token and a lease: claimed_until = due_at = clock_timestamp() + p_lease_ms,
--- measured when the stamp is written, so a slow take does not eat its own lease (a 19 s claim once
--- left 11 s of a 30 s lease). A leased row answers too_late to a cancel or reschedule and reads
+-- measured when the stamp is written, so a slow take does not eat its own lease (a lease counted from
+-- the transaction's start would be shortened by the take's own duration). A leased row answers too_late to a cancel or reschedule and reads
 -- claimed: true until queen_timers_fire (by token) deletes it, its lease expires, or it is handed back.
 CREATE OR REPLACE FUNCTION queen_timers_lease(
     p_token      uuid,

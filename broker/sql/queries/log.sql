@@ -156,7 +156,7 @@ DELETE FROM queen_dlq d WHERE d.tenant = $1 AND d.id = $2;
 -- name: log_lookup_txn
 -- One probe of the (tenant, partition_id, txn) unique index per partition of the queue.
 SELECT p.queue, p.name AS partition, p.id AS partition_id, m.id AS message_id, m.txn, m.producer_sub,
-       m.created_at
+       m.created_at, m.deleted_at
 FROM queen_partitions p
 JOIN queen_messages m ON m.tenant = p.tenant AND m.partition_id = p.id AND m.txn = $3
 WHERE p.tenant = $1 AND p.queue = $2
@@ -165,10 +165,14 @@ LIMIT 1;
 
 -- name: log_message_get
 SELECT p.queue, p.name AS partition, p.id AS partition_id, m.seq, m.id, m.txn, m.trace_id, m.payload,
-       m.codec, m.key_id, m.producer_sub, m.created_at, m.deadline_at
+       m.codec, m.key_id, m.producer_sub, m.created_at, m.deadline_at, m.deleted_at
 FROM queen_messages m
 JOIN queen_partitions p ON p.tenant = m.tenant AND p.id = m.partition_id
 WHERE m.tenant = $1 AND m.partition_id = $2 AND m.txn = $3;
+
+-- name: log_message_delete
+-- $1 tenant, $2 partition id, $3 txn, $4 the deleting principal's sub, $5 the trace event's id.
+SELECT * FROM queen_message_delete($1, $2, $3, $4, $5);
 
 -- name: log_queues_by_namespace
 -- In the order a namespace/task pop tries them: higher priority first (the queue option), then by name.

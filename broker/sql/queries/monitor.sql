@@ -90,13 +90,14 @@ SELECT (SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
 
 -- name: mon_messages
 -- The newest messages of queue $2 (partition $3 or every partition) with their state for group $5:
--- completed (at or below the group's cursor, or acked out of order), leased (inside a live lease) or
--- pending; $7 keeps one state. Each partition contributes its newest $4 + $6 through the primary key
+-- deleted (a tombstone, docs/decisions.md §9), completed (at or below the group's cursor, or acked out
+-- of order), leased (inside a live lease) or pending; $7 keeps one state. Each partition contributes its newest $4 + $6 through the primary key
 -- (so a state filter looks at that window), merged newest first; $4 limit, $6 offset.
 SELECT * FROM (
     SELECT p.name AS partition, p.id AS partition_id, m.seq, m.id, m.txn, m.trace_id, m.payload, m.codec,
-           m.key_id, m.producer_sub, m.created_at, m.deadline_at,
-           CASE WHEN m.seq <= coalesce(c.acked_seq, 0) OR s.acked THEN 'completed'
+           m.key_id, m.producer_sub, m.created_at, m.deadline_at, m.deleted_at,
+           CASE WHEN m.deleted_at IS NOT NULL THEN 'deleted'
+                WHEN m.seq <= coalesce(c.acked_seq, 0) OR s.acked THEN 'completed'
                 WHEN c.lease_until > now() AND m.seq <= c.lease_end_seq THEN 'leased'
                 ELSE 'pending' END AS status,
            coalesce(s.failures, 0) AS failures

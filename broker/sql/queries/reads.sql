@@ -6,12 +6,12 @@
 -- One row per record (at most $5 per entry) of every entry ($2 queues, $3 partitions, $4 offsets), or
 -- one row with seq NULL for an entry without records; pid NULL = no such partition.
 SELECT e.idx::integer AS idx, p.id AS pid, p.next_seq - 1 AS hw, coalesce(f.floor_seq, 0) AS log_start,
-       m.seq, m.txn, m.payload, m.codec, m.key_id, m.created_at
+       m.seq, m.txn, m.payload, m.codec, m.key_id, m.created_at, m.deleted_at
 FROM unnest($2::text[], $3::text[], $4::bigint[]) WITH ORDINALITY AS e(queue, partition, off, idx)
 LEFT JOIN queen_partitions p ON p.tenant = $1 AND p.queue = e.queue AND p.name = e.partition
 LEFT JOIN queen_log_floor f ON f.tenant = $1 AND f.partition_id = p.id
 LEFT JOIN LATERAL (
-    SELECT mm.seq, mm.txn, mm.payload, mm.codec, mm.key_id, mm.created_at FROM queen_messages mm
+    SELECT mm.seq, mm.txn, mm.payload, mm.codec, mm.key_id, mm.created_at, mm.deleted_at FROM queen_messages mm
     WHERE mm.tenant = $1 AND mm.partition_id = p.id AND mm.seq > e.off
     ORDER BY mm.seq LIMIT $5
 ) m ON true

@@ -1,8 +1,9 @@
 -- Queries of the store itself (not of a surface).
 
 -- name: store_ping
--- /health: does the database answer on a pooled connection?
-SELECT 1
+-- /health: does the database answer on a pooled connection, which server is it, and can it write?
+SELECT host(inet_server_addr()) || ':' || inet_server_port()::text AS server, pg_is_in_recovery() AS in_recovery,
+       current_setting('transaction_read_only') AS read_only
 
 -- name: store_warm_types
 -- Prepared (never run) by every new pooled connection: asyncpg has no built-in codec for these array

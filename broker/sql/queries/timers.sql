@@ -57,7 +57,7 @@ LIMIT $4;
 -- in one transaction, so a database crash that loses it loses both halves and the timers fire again
 -- (same message ids and txns); and any client that has seen the messages through a write of its own
 -- (a pop's lease or autoAck cursor, an ack) committed after the fire, so its flush covered the fire.
--- The commit's fsync was the largest part of a small cycle (measured: 9 of 22 ms at 1,000 due/s).
+-- The commit's WAL flush would otherwise be the largest part of a small cycle.
 -- $2: how many sweepers share this database's timers (this broker's workers), for queen_timers_take's
 -- split of a due set that fits one cycle.
 SELECT set_config('idle_in_transaction_session_timeout', $1::bigint::text, false),
@@ -99,8 +99,8 @@ FROM queen_timers_fire(p_token => $1::uuid, g_tenants => $2::text[], g_queues =>
                        p_max_attempts => $16::integer, p_backoff_base_ms => $17::bigint,
                        p_backoff_cap_ms => $18::bigint);
 
--- name: timers_release_claims
--- Drain: hand back claims this sweeper still holds; the rows are due again at once.
+-- name: timers_release_leases
+-- Drain: hand back the leases this sweeper still holds; the rows are due again at once.
 UPDATE queen_timers
    SET claim_token = NULL, claimed_until = NULL, claimed_by = NULL, due_at = deliver_at
 WHERE claim_token = ANY($1::uuid[]);
@@ -133,7 +133,7 @@ ON CONFLICT (tenant, queue) DO UPDATE
 RETURNING tenant, queue, failure_class, remaining, stall_ms;
 
 -- name: timers_hold
--- Test hook: claim one timer now for $4 ms without firing it (a token nobody holds in memory).
+-- Test hook: lease one timer now for $4 ms without firing it (a token nobody holds in memory).
 UPDATE queen_timers
    SET claim_token = gen_random_uuid(), claimed_until = now() + $4::bigint * interval '1 millisecond',
        due_at = greatest(deliver_at, now() + $4::bigint * interval '1 millisecond'),
@@ -141,8 +141,8 @@ UPDATE queen_timers
 WHERE tenant = $1 AND queue = $2 AND timer_key = $3
 RETURNING claimed_until;
 
--- name: timers_release_hook_claims
--- Test hook: release every live claim of the tenant (optionally one queue / one key).
+-- name: timers_release_hook_leases
+-- Test hook: release every live lease of the tenant (optionally one queue / one key).
 UPDATE queen_timers
    SET claim_token = NULL, claimed_until = NULL, claimed_by = NULL, due_at = deliver_at
 WHERE tenant = $1 AND claim_token IS NOT NULL

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker.errors import BadRequest
-from broker.kv.ops import MAX_TTL_S, MAX_VERSION, batch_operations, op_name
+from broker.kv.parse import MAX_TTL_S, MAX_VERSION, batch_operations, op_name
 
 CODE = "locks_bad_request"
 MAX_OPS = 64

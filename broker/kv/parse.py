@@ -35,7 +35,6 @@ MAX_TTL_S = 100 * 365 * 86_400
 MAX_VERSION = 2**63 - 1
 
 WRITES = frozenset({"put", "putIfAbsent", "delete", "incr"})
-READS = frozenset({"get", "getMany", "getPrefix", "check"})
 _FIELDS: dict[str, frozenset[str]] = {
     "get": frozenset({"op", "ns", "key"}),
     "getMany": frozenset({"op", "ns", "keys"}),

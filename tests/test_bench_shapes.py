@@ -1,0 +1,63 @@
+"""bench/bench_shapes.py: its message-by-message loss/duplicate check, the group spread, and a quick run
+through ``queen bench shapes`` against our broker only (a few seconds of load)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from array import array
+from pathlib import Path
+
+import pytest
+
+from bench.bench_shapes import check_ids, spread_p99
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_check_ids_counts_lost_duplicated_unconfirmed_and_phantom_per_group() -> None:
+    # ids 0..5: 0-3 confirmed, 4 failed (unconfirmed), 5 never sent (status 0)
+    status = bytes([1, 1, 1, 1, 2, 0])
+    counts = {
+        "g0": bytes([1, 1, 1, 1, 0, 0]),  # all confirmed delivered once
+        "g1": bytes([1, 0, 2, 1, 1, 1, 1]),  # 1 lost, 2 duplicated, 4 (failed push) delivered: fine,
+        # 5 (never sent) and 6 (beyond what was sent) delivered: phantoms
+    }
+    assert check_ids(status, counts) == (1, 1, 1, 2)
+    assert check_ids(status, {"g": bytes([1, 1])}) == (2, 0, 1, 0)  # a short count array: the rest lost
+
+
+def test_spread_is_latest_minus_earliest_group_over_messages_every_group_got() -> None:
+    a = array("d", [10.0, 20.0, 30.0])
+    b = array("d", [10.002, 20.0, 0.0])  # message 2 never reached g1: not in the spread
+    assert spread_p99({"g0": a.tobytes(), "g1": b.tobytes()}) == pytest.approx(2.0, abs=1e-6)
+    assert spread_p99({"g0": a.tobytes()}) != spread_p99({"g0": a.tobytes()})  # one group: nan
+
+
+@pytest.mark.timeout(240)
+def test_quick_run_against_our_broker_prints_every_row_with_its_id_checks(pg) -> None:  # type: ignore[no-untyped-def]
+    rows = ("part_11", "groups_5", "long", "ack_single")
+    env = {k: v for k, v in os.environ.items() if k != "QUEEN_BENCH_CPP_BIN"}
+    env["QUEEN_BENCH_DATABASE_URL"] = pg.admin_dsn
+    out = subprocess.run(
+        [sys.executable, "-m", "broker", "bench", "shapes", "--quick", "--seconds", "1", "--long-seconds", "1.5",
+         "--drain", "3", "--producers", "4", "--consumers", "2", "--group-consumers", "1", "--only", *rows],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=220)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text[-3000:]
+    assert "C++ Queen: not given" in text and "synchronous_commit" in text, text[:2000]
+    for row in rows:
+        line = next((ln for ln in text.splitlines() if ln.strip().startswith(f"{row} ") and " ours " in ln), None)
+        assert line is not None, text[-3000:]
+        m = re.search(r"lost (\d+) dup (\d+) \(checked ([\d,]+) ids", line)
+        assert m, line
+        assert (m[1], m[2]) == ("0", "0"), line
+        assert int(m[3].replace(",", "")) > 0, line  # some messages went through and were checked
+        assert re.search(r"gen \d+\.\d\d cores", line), line
+        assert f"{row:11s} verdict: " in text
+    assert "group spread p99" in text and "p99 first/last third" in text and "ack p50/p99" in text
+    table = [ln for ln in text.splitlines() if ln.startswith("| ")]
+    assert table[0].startswith("| row | push msg/s"), table
+    assert [t.split(" | ")[0][2:] for t in table[1:]] == list(rows), table
