@@ -23,6 +23,8 @@ Sources:
   LCK  = docs/protocol.md §5 and docs/decisions.md §8: locks and semaphores (POST /api/v1/locks), their
          fencing tokens, and the guard inside a transaction.
   EPH  = docs/protocol.md §6: the ephemeral queues (/api/v1/ephemeral/*).
+  CELL = docs/guides/cells.md: tenants of a deployment of several cells behind a proxy (NOT VERIFIED
+         without two tenants' tokens and each tenant's cell URL).
 
 ``queen conformance --list`` prints every id with its sentence and the tests that check it.
 """
@@ -822,6 +824,13 @@ CONTRACTS: tuple[C, ...] = (
     C("XB-EPH-WAKE", "README / Multiple brokers on one database",
       "A push to an ephemeral queue through one broker wakes a waiting ephemeral pop on another broker of "
       "the deployment within seconds, and a message pushed through one is popped through the other."),
+    # ---------------------------------------------------------------- cells (docs/guides/cells.md)
+    C("CELL-HOME", "docs/guides/cells.md / Routing",
+      "A tenant's writes made through the proxy land in its own cell: its message, timer and KV entry answer "
+      "from that cell's direct URL."),
+    C("CELL-ISOLATED", "docs/guides/cells.md / Routing",
+      "A tenant's queues, timers and KV are invisible from another cell's direct URL, even to its own valid "
+      "token: that cell holds nothing of it."),
 )
 
 BY_ID: dict[str, C] = {c.id: c for c in CONTRACTS}

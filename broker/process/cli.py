@@ -1,4 +1,4 @@
-"""``queen``: serve | migrate | token | conformance | loadtest | bench.
+"""``queen``: serve | migrate | token | cells | tenant | conformance | loadtest | bench.
 
 Settings come from ``QUEEN_*`` environment variables (``broker.config``); the few flags here override
 them for one run. With no ``QUEEN_DATABASE_URL``, ``serve`` and ``migrate`` start an embedded
@@ -168,6 +168,10 @@ def build_parser() -> argparse.ArgumentParser:
     tc.add_argument("--secret", help="HS256 secret (default: QUEEN_JWT_SECRET)")
     tc.add_argument("--private-key", help="PEM Ed25519 or RSA private key (EdDSA / RS256)")
     tc.set_defaults(func=cmd_token)
+
+    from broker.cells.cli import add_parsers as add_cells_parsers
+
+    add_cells_parsers(sub)  # `queen cells up|down|status`, `queen tenant move|unfreeze` (docs/guides/cells.md)
 
     for name, _module, text in DELEGATES:
         sub.add_parser(name, help=f"{text} (needs the [{EXTRAS[name][0]}] extra)", add_help=False)  # listed here; main() hands their arguments over
