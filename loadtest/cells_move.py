@@ -34,7 +34,6 @@ import base64
 import json
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -64,6 +63,8 @@ class Params:
     latency_samples: int = 1_000
     workers: int = 1
     base_dir: str | None = None
+    dsn_a: str | None = None
+    dsn_b: str | None = None
 
 
 def _pct(xs: list[float], p: float) -> float | None:
@@ -237,7 +238,8 @@ def run(p: Params) -> dict[str, Any]:
     from broker.cells.local import LocalCells
 
     base = Path(p.base_dir or tempfile.mkdtemp(prefix="queen-cells-move-"))
-    cells = LocalCells(base, workers=p.workers, mapping={TENANT: "a", "lat-b": "b"})
+    dsns = {k: v for k, v in (("a", p.dsn_a), ("b", p.dsn_b)) if v}
+    cells = LocalCells(base, workers=p.workers, mapping={TENANT: "a", "lat-b": "b"}, dsns=dsns)
     cells.start()
     try:
         token = mint(tenant=TENANT, sub="load", grants=["produce", "consume"], secret=cells.secret)
@@ -315,6 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--latency-samples", type=int, default=d.latency_samples)
     ap.add_argument("--workers", type=int, default=d.workers, help="broker workers per cell")
     ap.add_argument("--dir", dest="base_dir", help="keep the cells' data and logs here (default: a temporary directory)")
+    ap.add_argument("--dsn-a", help="cell a's database (default: an embedded PostgreSQL of its own)")
+    ap.add_argument("--dsn-b", help="cell b's database (default: an embedded PostgreSQL of its own)")
     ap.add_argument("--json", default="", help="write the result as JSON here")
     return ap
 
@@ -322,7 +326,8 @@ def build_parser() -> argparse.ArgumentParser:
 def params_from(ns: argparse.Namespace) -> Params:
     return Params(timers=ns.timers, messages=ns.messages, duration=ns.duration, move_at=ns.move_at, producers=ns.producers,
                   consumers=ns.consumers, timer_delay_ms=ns.timer_delay_ms, drain=ns.drain,
-                  latency_samples=ns.latency_samples, workers=ns.workers, base_dir=ns.base_dir)
+                  latency_samples=ns.latency_samples, workers=ns.workers, base_dir=ns.base_dir,
+                  dsn_a=ns.dsn_a, dsn_b=ns.dsn_b)
 
 
 def main(argv: list[str] | None = None) -> int:

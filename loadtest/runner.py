@@ -5,8 +5,9 @@ one-file ``report.html`` (verdict first, plots inline, machine and settings).
     queen loadtest capacity --slo-p99-ms 50 [--rates 250,500,1000,...] [--step-duration 20]
     queen loadtest timers_lag --rate 1000 -- --partitions 8     (after `--`: Locust / scenario options)
 
-Scenarios: ``timers_lag``, ``timers_schedule``, ``push_pop`` (Locust, headless, in a child process) and
-``outage_deadlines`` (an asyncio program, see its module docstring). Without ``--url`` a broker is
+Scenarios: ``timers_lag``, ``timers_schedule``, ``push_pop`` (Locust, headless, in a child process),
+``outage_deadlines`` and ``cells_move`` (asyncio programs, see their module docstrings; ``cells_move``
+starts its own two cells and HAProxy, so it takes no ``--url``: its options go after ``--``). Without ``--url`` a broker is
 started for the run (``broker.process.localserver.LocalBroker``, embedded PostgreSQL in a temporary directory)
 and stopped afterwards. Traffic goes only to that broker or to the URL given. Every run is bounded: the
 Locust child gets ``-t`` and ``--max-items`` and is killed if it overstays by 90 s (or on Ctrl-C).
@@ -39,7 +40,7 @@ LOCUST_SCENARIOS = {
     "timers_schedule": {"file": "timers_schedule.py", "users": 8, "duration": 30},
     "push_pop": {"file": "push_pop.py", "users": 6, "duration": 30},
 }
-SCENARIOS = (*LOCUST_SCENARIOS, "outage_deadlines", "capacity")
+SCENARIOS = (*LOCUST_SCENARIOS, "outage_deadlines", "capacity", "cells_move")
 DEFAULT_CAPACITY_RATES = (100, 250, 500, 750, 1000, 1500, 2000, 3000, 4000, 6000)
 
 
@@ -423,6 +424,13 @@ def main(argv: list[str] | None = None) -> int:
     args.duration = float(args.duration or spec["duration"])
     out = Path(args.out or f"loadtest-out/{args.scenario}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     out.mkdir(parents=True, exist_ok=True)
+    if args.scenario == "cells_move":
+        from loadtest import cells_move
+
+        if args.url:
+            print("loadtest: cells_move starts its own two cells and proxy; it takes no --url", file=sys.stderr)
+            return 2
+        return cells_move.main([*args.locust_args, "--json", str(out / "summary.json")])
     with target(args.url, args.broker_workers, out) as url:
         if args.scenario == "capacity":
             result = capacity(args, url, out)
