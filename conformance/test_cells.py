@@ -16,7 +16,7 @@ from conformance.client import Api, Target, expect, not_verified
 contract = pytest.mark.contract
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def cells(api: Api, api_b: Api, pytestconfig: pytest.Config) -> Iterator[dict[str, Any]]:
     url_a, url_b = pytestconfig.getoption("--queen-cell-url-a"), pytestconfig.getoption("--queen-cell-url-b")
     if not (url_a and url_b):

@@ -304,3 +304,54 @@ def test_a_move_under_load_loses_and_repeats_nothing(cells: LocalCells) -> None:
     missing = (set(acked) | set(timers)) - set(delivered)
     assert not missing, f"{len(missing)} acknowledged writes never delivered: {sorted(missing)[:5]}"
     assert census(cells.dsn("a"), tenant) == {}
+
+
+# ------------------------------------------------------------------------------------------ the suite, the CLI
+
+
+def test_the_cell_contracts_pass_through_the_proxy(cells: LocalCells, tmp_path: Path) -> None:
+    """``queen conformance`` through the proxy, tenants A and B in different cells, strict: the CELL
+    family must pass, not be NOT VERIFIED."""
+    import json
+    import subprocess
+    import sys
+
+    tok = {t: mint(tenant=t, sub="cf", grants=["produce", "consume"], secret=cells.secret) for t in ("t-in-a", "t-in-b")}
+    report = tmp_path / "report.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "broker", "conformance", "--url", cells.proxy_url, "--token", tok["t-in-a"],
+         "--token-b", tok["t-in-b"], "--cell-url-a", cells.url("a"), "--cell-url-b", cells.url("b"),
+         "--contract", "CELL-HOME", "--contract", "CELL-ISOLATED", "--strict", "--report", str(report), "-q"],
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    contracts = json.loads(report.read_text())["contracts"]
+    assert {c: contracts[c]["status"] for c in ("CELL-HOME", "CELL-ISOLATED")} == {"CELL-HOME": "passed", "CELL-ISOLATED": "passed"}
+
+
+def test_queen_cells_up_status_down(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    d = tmp_path / "cells"
+
+    def queen(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "broker", "cells", *args, "--dir", str(d)], capture_output=True,
+                              text=True, timeout=300)
+
+    up = queen("up")
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr + (d / "cells.log").read_text()[-3000:]
+        assert "proxy" in up.stdout and "cell a" in up.stdout and "cell b" in up.stdout
+        assert queen("up").returncode == 1  # already up
+        st = queen("status")
+        assert st.returncode == 0 and st.stdout.count("direct 200, via proxy 200") == 2, st.stdout + st.stderr
+        state = json.loads(queen("status", "--json").stdout)
+        token = mint(tenant="someone", sub="s", grants=["produce"], secret=state["secret"])
+        r = httpx.post(f"{state['proxy']}/api/v1/push", headers={"Authorization": f"Bearer {token}"},
+                       json={"items": [{"queue": "q", "payload": {}, "transactionId": "x"}]})
+        assert r.status_code in (200, 201), r.text
+    finally:
+        down = queen("down")
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert queen("status").returncode == 1
