@@ -23,7 +23,8 @@ The steps, each a transaction (docs/guides/cells.md, "Moving a tenant"):
    reload) and its file;
 6. **resume** in the target: the ``moving_in`` row goes, sweepers and limits caches are woken;
 7. **clean** the source: every row of the tenant is deleted and its freeze row says ``moved`` (a late
-   request that still reaches the source is told to retry, and the proxy now sends it to the target).
+   request that still reaches the source is told to retry, and the proxy now sends it to the target);
+   its long polls still waiting there are woken, so they answer 503 at once instead of at their timeout.
 
 A failure before step 5 undoes the move (the target forgets what it got, both freeze rows go): the
 tenant stays in the source. The freeze window (step 3 to 6) is measured and reported.
@@ -44,8 +45,10 @@ from broker.cells import haproxy
 from broker.store.pool import connect
 from broker.store.queries import Q
 
-LOCK_TIMEOUT_MS = 2_000
-FREEZE_ATTEMPTS = 5
+# While the freeze waits for the writers in flight, every new writer of the cell queues behind it: keep
+# each wait short and try again rather than stall the whole cell.
+LOCK_TIMEOUT_MS = 500
+FREEZE_ATTEMPTS = 10
 
 
 class MoveError(RuntimeError):
@@ -197,11 +200,13 @@ async def move(
         report.freeze_s = time.monotonic() - frozen_at
         await dst.execute(Q.cells_wake, tenant)
         # 7. clean the source
+        queues = [r["name"] for r in await src.fetch(Q.cells_queue_names, tenant)]
         async with src.transaction():
             await src.execute("SET LOCAL session_replication_role = replica")
             await src.fetchval(Q.cells_forget, tenant)
             await src.execute(Q.cells_freeze_set, tenant, "moved", target_name, retry_after_s)
         await src.execute(Q.cells_wake, tenant)
+        await src.execute(Q.cells_wake_pollers, tenant, queues)
     finally:
         await src.close()
         await dst.close()

@@ -52,3 +52,12 @@ WHERE $2::bigint > coalesce((SELECT last_value FROM pg_sequences
 -- name: cells_wake
 -- After a tenant arrives or leaves: sweepers re-read the next due instant, workers re-read its limits.
 SELECT pg_notify('queen_timers', '0'), pg_notify('queen_limits', $1)
+
+-- name: cells_queue_names
+SELECT name::text FROM queen_queues WHERE tenant = $1
+
+-- name: cells_wake_pollers
+-- Long polls of the moved tenant still waiting in the source wake up (queen_push's own NOTIFY, see
+-- broker/log/waiters.py), try again, meet the freeze and answer 503: the client's retry goes through
+-- the proxy to the target instead of sitting out its wait in a cell that will never see a push.
+SELECT pg_notify('queen_push', $1 || E'\t' || q) FROM unnest($2::text[]) AS u(q)
