@@ -116,22 +116,29 @@ class Run:
         return out
 
     async def latency(self) -> dict[str, Any]:
-        """Single-message pushes alternating direct (cell b) and through the proxy: the proxy's cost."""
-        direct: list[float] = []
-        proxied: list[float] = []
+        """The proxy's cost: requests alternating between cell b's own URL and the proxy (one keep-alive
+        connection each), for two calls: ``whoami`` (authentication only, no database work: the proxy's
+        hop alone) and a single-message push (a write as a client sees it)."""
+        out: dict[str, Any] = {}
         async with self.client(self.cells.url("b")) as d, self.client() as v:
-            # a tenant that lives in cell b (the map's default is a): "lat-b" is mapped to b for this
-            for i in range(self.p.latency_samples):
-                for c, sink in ((d, direct), (v, proxied)) if i % 2 == 0 else ((v, proxied), (d, direct)):
-                    t0 = time.perf_counter()
-                    r = await c.post("/api/v1/push", json={"items": [{"queue": "lat", "payload": {"i": i},
-                                                                      "transactionId": uuid.uuid4().hex}]})
-                    sink.append((time.perf_counter() - t0) * 1000)
-                    r.raise_for_status()
-        out = {}
-        for name, xs in (("direct", direct), ("proxy", proxied)):
-            out[name] = {"p50_ms": round(_pct(xs, 50) or 0, 3), "p99_ms": round(_pct(xs, 99) or 0, 3), "n": len(xs)}
-        out["added"] = {k: round(out["proxy"][k] - out["direct"][k], 3) for k in ("p50_ms", "p99_ms")}
+            for call in ("whoami", "push"):
+                direct: list[float] = []
+                proxied: list[float] = []
+                for i in range(self.p.latency_samples):
+                    for c, sink in ((d, direct), (v, proxied)) if i % 2 == 0 else ((v, proxied), (d, direct)):
+                        t0 = time.perf_counter()
+                        if call == "whoami":
+                            r = await c.get("/api/v1/whoami")
+                        else:
+                            r = await c.post("/api/v1/push", json={"items": [{"queue": "lat", "payload": {"i": i},
+                                                                              "transactionId": uuid.uuid4().hex}]})
+                        sink.append((time.perf_counter() - t0) * 1000)
+                        r.raise_for_status()
+                row: dict[str, Any] = {}
+                for name, xs in (("direct", direct), ("proxy", proxied)):
+                    row[name] = {"p50_ms": round(_pct(xs, 50) or 0, 3), "p99_ms": round(_pct(xs, 99) or 0, 3), "n": len(xs)}
+                row["added"] = {k: round(row["proxy"][k] - row["direct"][k], 3) for k in ("p50_ms", "p99_ms")}
+                out[call] = row
         return out
 
     async def producer(self, n: int) -> None:
@@ -291,10 +298,12 @@ def table(res: dict[str, Any]) -> str:
         ("acknowledged writes lost", str(res["lost"])),
         ("delivered twice", str(res["delivered_twice"])),
         ("rows left in the source", str(sum(res["source_rows_after"].values()))),
-        ("push latency direct p50/p99", f"{lat['direct']['p50_ms']} / {lat['direct']['p99_ms']} ms"),
-        ("push latency via proxy p50/p99", f"{lat['proxy']['p50_ms']} / {lat['proxy']['p99_ms']} ms"),
-        ("added by the proxy p50/p99", f"{lat['added']['p50_ms']} / {lat['added']['p99_ms']} ms"),
     ]
+    for call in ("whoami", "push"):
+        x = lat[call]
+        rows += [(f"{call} direct p50/p99", f"{x['direct']['p50_ms']} / {x['direct']['p99_ms']} ms"),
+                 (f"{call} via proxy p50/p99", f"{x['proxy']['p50_ms']} / {x['proxy']['p99_ms']} ms"),
+                 (f"{call}: added by the proxy p50/p99", f"{x['added']['p50_ms']} / {x['added']['p99_ms']} ms")]
     w = max(len(k) for k, _ in rows)
     lines = [f"{k:<{w}}  {v}" for k, v in rows]
     lines.append(f"machine: {res['machine']['cpus']} CPUs, load average {res['machine']['loadavg_1m']} "

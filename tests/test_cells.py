@@ -347,11 +347,31 @@ def test_queen_cells_up_status_down(tmp_path: Path) -> None:
         st = queen("status")
         assert st.returncode == 0 and st.stdout.count("direct 200, via proxy 200") == 2, st.stdout + st.stderr
         state = json.loads(queen("status", "--json").stdout)
-        token = mint(tenant="someone", sub="s", grants=["produce"], secret=state["secret"])
+        assert queen("route", "someone", "b").returncode == 0
+        assert "someone" in queen("status").stdout and haproxy.read_map(Path(state["map"])) == {"someone": "b"}
+        assert queen("route", "someone", "zz").returncode == 2
+        token = mint(tenant="someone", sub="s", grants=["produce", "consume"], secret=state["secret"])
         r = httpx.post(f"{state['proxy']}/api/v1/push", headers={"Authorization": f"Bearer {token}"},
                        json={"items": [{"queue": "q", "payload": {}, "transactionId": "x"}]})
         assert r.status_code in (200, 201), r.text
+        r = httpx.get(f"{state['cells']['b']['url']}/api/v1/messages/lookup", params={"queue": "q", "txn": "x"},
+                      headers={"Authorization": f"Bearer {token}"})
+        assert r.json()["found"], "the routed tenant's push did not land in cell b"
     finally:
         down = queen("down")
     assert down.returncode == 0, down.stdout + down.stderr
     assert queen("status").returncode == 1
+
+
+def test_the_cells_move_scenario_checks_every_acknowledged_write(pg: Any, tmp_path: Path) -> None:
+    """``queen loadtest cells_move`` in small: the move under load passes its own checks."""
+    from loadtest import cells_move
+
+    res = cells_move.run(cells_move.Params(timers=300, messages=500, duration=5, move_at=2, producers=2, consumers=1,
+                                           latency_samples=20, drain=20, base_dir=str(tmp_path / "lt"),
+                                           dsn_a=pg.new_db(), dsn_b=pg.new_db()))
+    assert res["ok"], res
+    assert res["lost"] == 0 and res["delivered_twice"] == 0 and res["source_rows_after"] == {}
+    assert res["backlog_in_target"]["timers"] >= 300 and res["backlog_in_target"]["messages"] >= 500
+    assert res["move"]["proxy_switched"] and res["freeze_ms"] > 0
+    assert {"whoami", "push"} <= set(res["proxy_latency"])

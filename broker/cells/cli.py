@@ -35,6 +35,13 @@ def add_parsers(sub: Any) -> None:
     st.add_argument("--json", action="store_true", help="print the state as JSON (it includes the JWT secret)")
     st.set_defaults(func=cmd_cells_status)
 
+    rt = csub.add_parser("route", help="send a tenant to a cell (the proxy's map, at run time and in its file; "
+                                       "moves no data: see `queen tenant move`)")
+    rt.add_argument("tenant")
+    rt.add_argument("cell")
+    rt.add_argument("--dir", default=DEFAULT_DIR)
+    rt.set_defaults(func=cmd_cells_route)
+
     t = sub.add_parser("tenant", help="operate on one tenant across cells")
     tsub = t.add_subparsers(dest="tenant_command", required=True)
     mv = tsub.add_parser("move", help="freeze a tenant in its cell, copy it to another, switch the proxy, resume it there",
@@ -165,6 +172,25 @@ def cmd_cells_status(args: argparse.Namespace, _settings: Settings) -> int:
         ok = False
         print(f"proxy {st['proxy']}: stats socket unreachable ({exc})")
     return 0 if ok else 1
+
+
+def cmd_cells_route(args: argparse.Namespace, _settings: Settings) -> int:
+    from broker.cells import haproxy
+
+    st = _state(Path(args.dir).resolve())
+    if not st or "cells" not in st:
+        print(f"queen cells: nothing up in {args.dir}", file=sys.stderr)
+        return 1
+    if args.cell not in st["cells"]:
+        print(f"queen cells route: no cell {args.cell!r} (cells: {sorted(st['cells'])})", file=sys.stderr)
+        return 2
+    try:
+        haproxy.switch(Path(st["socket"]), Path(st["map"]), args.tenant, args.cell)
+    except (ValueError, OSError, haproxy.HaproxyError) as exc:
+        print(f"queen cells route: {exc}", file=sys.stderr)
+        return 1
+    print(f"{args.tenant} -> cell {args.cell}")
+    return 0
 
 
 def cmd_tenant_move(args: argparse.Namespace, _settings: Settings) -> int:
