@@ -38,10 +38,15 @@ END
 $$;
 
 -- The guarded tables, one trigger per write event (a trigger with a transition table serves one event).
+-- These files are also applied to a schema part-way through its migrations (an upgrade release by
+-- release): only tables that exist get a guard, and none before the freeze table itself exists.
 DO $$
 DECLARE
     t text;
 BEGIN
+    IF to_regclass('queen_tenant_freeze') IS NULL THEN
+        RETURN;
+    END IF;
     FOREACH t IN ARRAY ARRAY[
         'queen_tenants', 'queen_queues', 'queen_partitions', 'queen_messages', 'queen_log_floor',
         'queen_groups', 'queen_cursors', 'queen_msg_state', 'queen_dlq', 'queen_timers', 'queen_kv',
@@ -50,6 +55,7 @@ BEGIN
         'queen_eph_queues', 'queen_eph_messages', 'queen_eph_cursors', 'queen_eph_inflight',
         'queen_eph_stats', 'queen_eph_incarnation', 'queen_stream_queries', 'queen_stream_state']
     LOOP
+        CONTINUE WHEN to_regclass(t) IS NULL;
         EXECUTE format('CREATE OR REPLACE TRIGGER queen_freeze_ins AFTER INSERT ON %I '
                        'REFERENCING NEW TABLE AS queen_freeze_rows FOR EACH STATEMENT '
                        'EXECUTE FUNCTION queen_freeze_guard()', t);
