@@ -71,12 +71,14 @@ class MoveReport:
     switch_s: float = 0.0
     total_s: float = 0.0
     proxy_switched: bool = False
+    frozen_at: float = 0.0  # Unix time the source froze (committed) ...
+    resumed_at: float = 0.0  # ... and the target opened
 
     def as_dict(self) -> dict[str, Any]:
         return {"tenant": self.tenant, "rows": self.rows, "rows_total": sum(self.rows.values()),
                 "freeze_s": round(self.freeze_s, 4), "copy_s": round(self.copy_s, 4),
                 "switch_s": round(self.switch_s, 4), "total_s": round(self.total_s, 4),
-                "proxy_switched": self.proxy_switched}
+                "proxy_switched": self.proxy_switched, "frozen_at": self.frozen_at, "resumed_at": self.resumed_at}
 
 
 def _ident(name: str) -> str:
@@ -176,6 +178,7 @@ async def move(
             # 3. freeze
             await _freeze_source(src, tenant, target_name, retry_after_s)
             frozen_at = time.monotonic()
+            report.frozen_at = time.time()
             # 4. copy
             report.rows = await _copy(src, dst, tenant, tables)
             report.copy_s = time.monotonic() - frozen_at
@@ -198,6 +201,7 @@ async def move(
         # 6. resume
         await dst.execute(Q.cells_freeze_drop, tenant)
         report.freeze_s = time.monotonic() - frozen_at
+        report.resumed_at = time.time()
         await dst.execute(Q.cells_wake, tenant)
         # 7. clean the source
         queues = [r["name"] for r in await src.fetch(Q.cells_queue_names, tenant)]
