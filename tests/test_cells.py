@@ -357,6 +357,21 @@ def test_queen_cells_up_status_down(tmp_path: Path) -> None:
         r = httpx.get(f"{state['cells']['b']['url']}/api/v1/messages/lookup", params={"queue": "q", "txn": "x"},
                       headers={"Authorization": f"Bearer {token}"})
         assert r.json()["found"], "the routed tenant's push did not land in cell b"
+        # and back to cell a with the command line
+        mv = subprocess.run([sys.executable, "-m", "broker", "tenant", "move", "someone", "--from", state["cells"]["b"]["dsn"],
+                             "--to", state["cells"]["a"]["dsn"], "--cells-dir", str(d), "--to-cell", "a"],
+                            capture_output=True, text=True, timeout=120)
+        assert mv.returncode == 0, mv.stdout + mv.stderr
+        assert json.loads(mv.stdout)["proxy_switched"] and haproxy.read_map(Path(state["map"])) == {"someone": "a"}
+        r = httpx.get(f"{state['proxy']}/api/v1/messages/lookup", params={"queue": "q", "txn": "x"},
+                      headers={"Authorization": f"Bearer {token}"})
+        assert r.json()["found"], "the moved tenant's message is not reachable through the proxy"
+        half = subprocess.run([sys.executable, "-m", "broker", "tenant", "move", "someone", "--from", "x", "--to", "y",
+                               "--proxy-socket", state["socket"]], capture_output=True, text=True, timeout=60)
+        assert half.returncode == 2 and "--to-cell" in half.stderr
+        uf = subprocess.run([sys.executable, "-m", "broker", "tenant", "unfreeze", "someone", "--db", state["cells"]["b"]["dsn"]],
+                            capture_output=True, text=True, timeout=60)
+        assert uf.returncode == 0 and "was moved" in uf.stdout, uf.stdout + uf.stderr
     finally:
         down = queen("down")
     assert down.returncode == 0, down.stdout + down.stderr
