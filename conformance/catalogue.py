@@ -25,6 +25,8 @@ Sources:
   EPH  = docs/protocol.md §6: the ephemeral queues (/api/v1/ephemeral/*).
   REC  = docs/timer-routes.md §15 and docs/concepts/recurring-schedules.md: recurring timers, this broker's
          extension of the timer wire (the extensions profile: the official client has no call for them).
+  CELL = docs/guides/cells.md: tenants of a deployment of several cells behind a proxy (NOT VERIFIED
+         without two tenants' tokens and each tenant's cell URL).
 
 ``queen conformance --list`` prints every id with its sentence and the tests that check it.
 """
@@ -862,6 +864,13 @@ CONTRACTS: tuple[C, ...] = (
       "the envelope and nothing of the batch is applied."),
     C("REC-CANCEL", REC,
       "Cancelling a recurring timer deletes it: nothing fires after the cancel and peek finds nothing."),
+    # ---------------------------------------------------------------- cells (docs/guides/cells.md)
+    C("CELL-HOME", "docs/guides/cells.md / Routing",
+      "A tenant's writes made through the proxy land in its own cell: its message, timer and KV entry answer "
+      "from that cell's direct URL."),
+    C("CELL-ISOLATED", "docs/guides/cells.md / Routing",
+      "A tenant's queues, timers and KV are invisible from another cell's direct URL, even to its own valid "
+      "token: that cell holds nothing of it."),
 )
 
 BY_ID: dict[str, C] = {c.id: c for c in CONTRACTS}

@@ -55,6 +55,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="tenant A token with only the produce grant")
     g.addoption("--queen-token-consume-only", default=os.environ.get("QUEEN_TOKEN_CONSUME_ONLY"),
                 help="tenant A token without the produce grant")
+    g.addoption("--queen-cell-url-a", default=os.environ.get("QUEEN_CELL_URL_A"),
+                help="direct URL of tenant A's cell, when --queen-url is a proxy in front of cells (CELL contracts)")
+    g.addoption("--queen-cell-url-b", default=os.environ.get("QUEEN_CELL_URL_B"),
+                help="direct URL of tenant B's cell (another cell than A's)")
     g.addoption("--queen-strict", action="store_true", default=False, help="NOT VERIFIED fails the run")
     g.addoption("--queen-report", default=None, help="write a JSON report (per test and per contract) here")
     g.addoption("--queen-contract", action="append", default=[],

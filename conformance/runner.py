@@ -134,6 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bearer token of a second tenant B, for isolation contracts ($QUEEN_TOKEN_B)")
     p.add_argument("--admin-token", default=env("QUEEN_ADMIN_TOKEN"),
                    help="operator token (admin grant): switches, plans ($QUEEN_ADMIN_TOKEN)")
+    p.add_argument("--cell-url-a", default=env("QUEEN_CELL_URL_A"),
+                   help="with --url a proxy in front of cells: direct URL of tenant A's cell (CELL contracts)")
+    p.add_argument("--cell-url-b", default=env("QUEEN_CELL_URL_B"), help="direct URL of tenant B's cell")
     p.add_argument("--token-produce-only", help="tenant A token with only the produce grant")
     p.add_argument("--token-consume-only", help="tenant A token without the produce grant")
     p.add_argument("--junitxml", help="write JUnit XML here (NOT VERIFIED shows as skipped with its reason)")
@@ -162,6 +165,10 @@ def pytest_args(args: argparse.Namespace, urls: list[str], tokens: dict[str, str
                      ("--queen-token-consume-only", "token_consume_only")):
         if tokens.get(key):
             argv += [opt, str(tokens[key])]
+    for opt, value in (("--queen-cell-url-a", getattr(args, "cell_url_a", None)),
+                       ("--queen-cell-url-b", getattr(args, "cell_url_b", None))):
+        if value:
+            argv += [opt, value]
     if args.junitxml:
         argv += ["--junitxml", args.junitxml]
     if args.report:

@@ -6,8 +6,9 @@ one-file ``report.html`` (verdict first, plots inline, machine and settings).
     queen loadtest timers_lag --rate 1000 -- --partitions 8     (after `--`: Locust / scenario options)
 
 Scenarios: ``timers_lag``, ``timers_schedule``, ``push_pop`` (Locust, headless, in a child process),
-``outage_deadlines`` and ``recurring`` (asyncio programs, see their module docstrings:
-``queen loadtest recurring --schedules 200 --tenants 4 [--mode minute]``). ``failover`` (also asyncio,
+``outage_deadlines``, ``recurring`` and ``cells_move`` (asyncio programs, see their module docstrings:
+``queen loadtest recurring --schedules 200 --tenants 4 [--mode minute]``; ``cells_move``
+starts its own two cells and HAProxy, so it takes no ``--url``: its options go after ``--``). ``failover`` (also asyncio,
 loadtest/failover.py) needs ``--url`` and ``--fault-cmd``: ``--users`` producers, schedulers, KV writers
 and consumers each, ``--rounds`` faults, every acknowledged write checked afterwards. Without ``--url`` a broker is
 started for the run (``broker.process.localserver.LocalBroker``, embedded PostgreSQL in a temporary directory)
@@ -43,7 +44,7 @@ LOCUST_SCENARIOS = {
     "timers_schedule": {"file": "timers_schedule.py", "users": 8, "duration": 30},
     "push_pop": {"file": "push_pop.py", "users": 6, "duration": 30},
 }
-SCENARIOS = (*LOCUST_SCENARIOS, "outage_deadlines", "capacity", "recurring", "failover")
+SCENARIOS = (*LOCUST_SCENARIOS, "outage_deadlines", "capacity", "recurring", "failover", "cells_move")
 DEFAULT_CAPACITY_RATES = (100, 250, 500, 750, 1000, 1500, 2000, 3000, 4000, 6000)
 
 
@@ -490,6 +491,13 @@ def main(argv: list[str] | None = None) -> int:
     args.duration = float(args.duration or spec["duration"])
     out = Path(args.out or f"loadtest-out/{args.scenario}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     out.mkdir(parents=True, exist_ok=True)
+    if args.scenario == "cells_move":
+        from loadtest import cells_move
+
+        if args.url:
+            print("loadtest: cells_move starts its own two cells and proxy; it takes no --url", file=sys.stderr)
+            return 2
+        return cells_move.main([*args.locust_args, "--json", str(out / "summary.json")])
     env = None
     if args.scenario == "recurring" and not args.url and not args.jwt_secret:
         args.jwt_secret = uuid.uuid4().hex + uuid.uuid4().hex  # the local broker authenticates: one tenant per token

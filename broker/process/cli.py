@@ -1,4 +1,4 @@
-"""``queen``: serve | migrate | token | conformance | loadtest | bench | docs.
+"""``queen``: serve | migrate | token | cells | tenant | conformance | loadtest | bench | docs.
 
 Settings come from ``QUEEN_*`` environment variables (``broker.config``); the few flags here override
 them for one run. With no ``QUEEN_DATABASE_URL``, ``serve`` and ``migrate`` start an embedded
@@ -215,6 +215,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--serve", action="store_true", help="serve the site and rebuild it on every change (mkdocs serve)")
     d.add_argument("--addr", default="127.0.0.1:8000", help="address for --serve (default 127.0.0.1:8000)")
     d.set_defaults(func=cmd_docs)
+
+    from broker.cells.cli import add_parsers as add_cells_parsers
+
+    add_cells_parsers(sub)  # `queen cells up|down|status`, `queen tenant move|unfreeze` (docs/guides/cells.md)
 
     for name, _module, text in DELEGATES:
         sub.add_parser(name, help=f"{text} (needs the [{EXTRAS[name][0]}] extra)", add_help=False)  # listed here; main() hands their arguments over

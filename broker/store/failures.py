@@ -15,6 +15,11 @@ connects again and finds the primary, whatever the DSN's shape.
 ``DB_RETRY``: the database asked to retry the transaction (serialization failure, deadlock): 503
 ``unavailable`` / ``database_conflict``.
 
+A tenant frozen by ``queen tenant move`` (broker/cells/move.py) is refused by the database itself: its
+guard trigger raises SQLSTATE ``57Q01`` (class 57, so it is a ``DB_DOWN`` error for every loop that
+only asks "transient?") and this answers 503 ``unavailable`` / ``tenant_frozen`` with the Retry-After the
+freeze row names, in the header and in the envelope (``retryAfterS``).
+
 ``database_error(exc)`` turns either into the ``Unavailable`` every surface answers (the HTTP error
 middleware, the KV routes, ``/health``): one stable ``reason``, the exception's class in ``detail``.
 """
@@ -26,6 +31,17 @@ from asyncpg import exceptions as pgx
 
 from broker.errors import Unavailable
 from broker.store.pool import drop_stale
+
+FROZEN_SQLSTATE = "57Q01"
+
+
+class TenantFrozenError(pgx.OperatorInterventionError):
+    """SQLSTATE 57Q01, raised by the freeze guard (broker/sql/functions/cells.sql). Defining it registers
+    the code with asyncpg, so the error arrives as this class: a class-57 ``DB_DOWN`` error (transient
+    for the sweeper, re-raised by the coalescers) instead of an unknown one."""
+
+    sqlstate = FROZEN_SQLSTATE
+
 
 DB_DOWN: tuple[type[BaseException], ...] = (
     asyncpg.PostgresConnectionError,
@@ -44,6 +60,7 @@ DB_RETRY: tuple[type[BaseException], ...] = (asyncpg.SerializationError, asyncpg
 DB_FAILURE: tuple[type[BaseException], ...] = DB_RETRY + DB_DOWN
 
 DOWN_REASON = "database_unavailable"
+FROZEN_REASON = "tenant_frozen"
 RETRY_REASON = "database_conflict"
 
 
@@ -69,6 +86,11 @@ def database_error(exc: BaseException) -> Unavailable:
         return Unavailable(
             DOWN_REASON, f"the database server is not a writable primary ({type(exc).__name__}); retry", code="unavailable"
         )
+    if isinstance(exc, TenantFrozenError):
+        hint = getattr(exc, "hint", None) or ""
+        after = int(hint) if hint.isdigit() else 1
+        return Unavailable(FROZEN_REASON, "this tenant is being moved to another cell; retry after the pause",
+                           code="unavailable", retry_after_s=after, extra={"retryAfterS": after})
     if isinstance(exc, DB_RETRY):
         return Unavailable(RETRY_REASON, f"the database asked to retry the call ({type(exc).__name__}); retry", code="unavailable")
     what = "did not answer in time" if isinstance(exc, TimeoutError) else "is unreachable or shutting down"

@@ -682,6 +682,12 @@ BEGIN
             SELECT array_agg(sk.tenant) FILTER (WHERE sk.due_at <= now()) INTO v_tens FROM sk;
         END IF;
     END IF;
+    -- Tenants frozen while they move to another cell (broker/sql/functions/cells.sql) are left out:
+    -- their fire would be refused and would roll back the other tenants' fires of the cycle.
+    IF v_tens IS NOT NULL AND EXISTS (SELECT 1 FROM queen_tenant_freeze) THEN
+        v_tens := ARRAY(SELECT u.te FROM unnest(v_tens) AS u(te)
+                        WHERE NOT EXISTS (SELECT 1 FROM queen_tenant_freeze f WHERE f.tenant = u.te));
+    END IF;
     v_active := coalesce(cardinality(v_tens), 0);
 
     IF v_active > 0 THEN
