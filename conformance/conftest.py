@@ -1,6 +1,7 @@
 """Loads the conformance plugin when pytest is pointed at this directory (``pytest conformance``)."""
 
 from conformance.plugin import (  # noqa: F401  (hooks and fixtures are found by name)
+    _queen_features,
     admin,
     api,
     api_b,

@@ -12,16 +12,16 @@ from typing import Any
 
 import pytest
 
-from conformance.client import expect, uniq
+from conformance.client import expect, pushed, uniq
 
 contract = pytest.mark.contract
 
 
 def _push(api, q: str, payloads: list[Any], txns: list[str] | None = None) -> list[dict[str, Any]]:
     txns = txns or [uuid.uuid4().hex for _ in payloads]
-    data = expect(api.push_items([{"queue": q, "partition": "Default", "payload": p, "transactionId": t}
-                                  for p, t in zip(payloads, txns, strict=True)]), 201)
-    assert isinstance(data, list) and len(data) == len(payloads), data
+    data = pushed(api.push_items([{"queue": q, "partition": "Default", "payload": p, "transactionId": t}
+                                  for p, t in zip(payloads, txns, strict=True)]))
+    assert len(data) == len(payloads), data
     return data
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from conformance.client import expect, expect_error, uniq
+from conformance.client import configured, expect, expect_error, pushed, uniq
 
 contract = pytest.mark.contract
 
@@ -43,7 +43,7 @@ def _state(api, query_id: str, partition_id: str, **extra: Any) -> dict:
 
 def _batch(api, q: str, n: int, group: str = "g") -> dict:
     """``n`` messages ({"i": i}) pushed to one partition and popped under one lease of ``group``."""
-    expect(api.push(q, [{"i": i} for i in range(n)], partition="p"), (200, 201))
+    pushed(api.push(q, [{"i": i} for i in range(n)], partition="p"))
     data = api.pop_leased(q, group=group, batch=n)
     assert data and len(data["messages"]) == n and data.get("leaseId"), data
     return data
@@ -125,7 +125,7 @@ def test_a_resent_cycle_is_applied_once(api):
 @contract("STR-CYCLE-PARTIAL-ACK")
 def test_a_partial_ack_releases_or_holds_the_tail(api):
     src = uniq("src")
-    expect(api.configure(src, leaseTime=1, retryLimit=0), (200, 201))
+    configured(api.configure(src, leaseTime=1, retryLimit=0))
     qid = _query(api, src)
     batch = _batch(api, src, 3)
     pid = batch["partitionId"]
