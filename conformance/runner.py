@@ -213,12 +213,14 @@ def pytest_args(args: argparse.Namespace, urls: list[str], tokens: dict[str, str
 _REFERENCE_OPTS = ("--url-reference", "--reference-token", "--reference-name", "--report", "--html", "--name")
 
 
-def _strip(argv: list[str], options: tuple[str, ...]) -> list[str]:
-    """argv without these options and their values (``--opt V`` and ``--opt=V``)."""
+def _strip(argv: list[str], options: tuple[str, ...], flags: tuple[str, ...] = ()) -> list[str]:
+    """argv without these options and their values (``--opt V`` and ``--opt=V``) and these flags."""
     out, skip = [], False
     for a in argv:
         if skip:
             skip = False
+            continue
+        if a in flags:
             continue
         if a in options:
             skip = True
@@ -245,7 +247,7 @@ def reference_run(args: argparse.Namespace, extra: list[str], argv: list[str]) -
         # the reference: same selection and pytest arguments, its own URL and credential, no operator opt-in
         # unless asked for (its other tenants are not ours to disturb)
         base = _strip(common, ("--url", "--token", "--token-b", "--admin-token", "--token-produce-only",
-                               "--token-consume-only"))
+                               "--token-consume-only"), flags=("--allow-cluster-changes",))
         ref_argv = [*base, "--url", args.url_reference, "--report", f"{tmp}/ref.json", "--name", args.reference_name]
         if args.reference_token:
             ref_argv += ["--token", args.reference_token]
