@@ -885,7 +885,8 @@ PROFILE_BY_PREFIX: dict[str, str] = {
     "CLI-MON-": "extensions", "CLI-TRACES": "extensions", "CLI-FETCH": "extensions",
     "CLI-CHANGED-SINCE": "extensions", "CLI-GROUPS-": "extensions",
     "LOG-POP-CONFLATION": "extensions", "LOG-PUSH-BINARY": "extensions", "LOG-TX-BINARY": "extensions",
-    "LOG-POP-FRAMED": "extensions",
+    "LOG-POP-FRAMED": "extensions", "LOG-LOOKUP": "extensions", "LOG-MESSAGE-GET": "extensions",
+    "LOG-DLQ-REPLAY": "extensions",
 }
 
 # A broker may not offer these (docs/protocol.md §9 lists what is safe to omit). The probe of each is in
@@ -907,6 +908,9 @@ FEATURES: dict[str, str] = {
     "traces": "message traces (/api/v1/traces)",
     "consumer-groups": "consumer group management (/api/v1/consumer-groups)",
     "reads": "reads by offset (POST /api/v1/fetch, /api/v1/partitions/changed)",
+    "lookup": "the message lookup by transaction id (GET /api/v1/messages/lookup)",
+    "messages": "the message browser (GET /api/v1/messages, /api/v1/messages/{partitionId}/{transactionId})",
+    "dlq-replay": "the DLQ replay by row id (POST /api/v1/dlq/{id}/replay)",
 }
 FEATURE_BY_PREFIX: dict[str, str] = {
     "TMR-": "timers", "MET-": "timers", "EDGE-TMR-": "timers", "XB-TIMER-": "timers", "XB-TOO-LATE": "timers",
@@ -915,7 +919,8 @@ FEATURE_BY_PREFIX: dict[str, str] = {
     "KV-": "kv", "EDGE-KV-": "kv", "LCK-": "locks", "EDGE-LCK-": "locks", "EPH-": "ephemeral", "XB-EPH-": "ephemeral",
     "STR-": "streams", "DL-": "deadlines", "EDGE-DEADLINE-": "deadlines", "LIM-": "admin", "EDGE-RETRY-AFTER": "admin",
     "LOG-PUSH-BINARY": "binary", "LOG-TX-BINARY": "binary", "LOG-POP-FRAMED": "frames", "LOG-POP-CONFLATION": "conflation",
-    "CLI-MON-": "monitoring", "CLI-TRACES": "traces", "CLI-GROUPS-": "consumer-groups", "CLI-FETCH": "reads",
+    "CLI-MON-": "monitoring", "CLI-MON-MESSAGES": "messages", "CLI-MON-DELETE-": "messages", "LOG-LOOKUP": "lookup",
+    "LOG-MESSAGE-GET": "messages", "LOG-DLQ-REPLAY": "dlq-replay", "CLI-TRACES": "traces", "CLI-GROUPS-": "consumer-groups", "CLI-FETCH": "reads",
     "CLI-CHANGED-SINCE": "reads",
 }
 

@@ -283,6 +283,32 @@ class Api:
                 return out
             out.extend(got)
 
+    def offers(self, feature: str) -> bool:
+        """Does the target offer this optional feature (catalogue.FEATURES)? The run's probe decides."""
+        from conformance.features import probe
+
+        raw = httpx.Client(base_url=self.target.url, timeout=30.0,
+                           headers={k: v for k, v in self.http.headers.items() if k.lower() == "authorization"})
+        self.target._clients.append(raw)
+        return not probe(feature, raw).missing
+
+    def stored(self, queue: str, txn: str) -> bool:
+        """Is the message with this transaction id in the queue? By the lookup route where the broker has one
+        (an extension), else by what a brand-new consumer group reads from the oldest message on, which
+        every broker serves (docs/protocol.md §2.4: a new group starts at the oldest message)."""
+        if self.offers("lookup"):
+            return bool(self.lookup(queue, txn)["found"])
+        group = uniq("stored")
+        seen: set[str] = set()
+        for _ in range(1000):
+            resp = self.pop_raw(queue, consumerGroup=group, subscriptionMode="all", autoAck=True, wait=False,
+                                batch=1000)
+            if empty_pop(resp):
+                return txn in seen
+            data = expect(resp, 200)
+            seen.update(str(m.get("transactionId")) for m in data.get("messages") or [] if m)
+        raise AssertionError(f"queue {queue} still handing out messages to a new group after 1000 pops")
+
     def lookup(self, queue: str, txn: str) -> dict[str, Any]:
         data = expect(self.http.get("/api/v1/messages/lookup", params={"queue": queue, "txn": txn}), 200)
         assert isinstance(data, dict) and "found" in data, data

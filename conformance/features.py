@@ -125,6 +125,10 @@ def _deadlines(http: httpx.Client) -> Probe:
 
 
 PROBES: dict[str, Callable[[httpx.Client], Probe]] = {
+    "lookup": lambda h: _route(h, "GET", "/api/v1/messages/lookup", params={"queue": _name(), "txn": "probe"}),
+    # without a queue: a 400 from a broker that has the route (a fresh queue's name would be a 404 of ours)
+    "messages": lambda h: _route(h, "GET", "/api/v1/messages"),
+    "dlq-replay": lambda h: _route(h, "POST", "/api/v1/dlq/not-a-dlq-id/replay"),
     "timers": lambda h: _route(h, "GET", f"/api/v1/timers/{_name()}", params={"limit": "1"}),
     "kv": lambda h: _route(h, "POST", "/api/v1/kv", json={"operations": [{"op": "get", "ns": "cf-probe", "key": _name()}]}),
     "locks": lambda h: _route(h, "POST", "/api/v1/locks", json={"operations": [{"op": "get", "name": _name()}]}),
@@ -143,5 +147,12 @@ PROBES: dict[str, Callable[[httpx.Client], Probe]] = {
 }
 
 
+_SEEN: dict[tuple[str, str], Probe] = {}
+
+
 def probe(feature: str, http: httpx.Client) -> Probe:
-    return PROBES[feature](http)
+    """The feature's probe, sent once per broker URL and run (the answer is kept)."""
+    key = (str(http.base_url), feature)
+    if key not in _SEEN:
+        _SEEN[key] = PROBES[feature](http)
+    return _SEEN[key]

@@ -192,3 +192,28 @@ def test_reference_run_prints_the_matrix_and_writes_both_reports(broker, tmp_pat
     assert header == ["profile", "ours", "ref-200"]
     assert ["core", "2 passed", "2 passed"] in rows and ["strict", "1 passed", "1 failed"] in rows, rows
     assert "ref-200" in page.read_text()
+
+
+def _no_lookup(req: Any, st: dict[str, Any]) -> Any:
+    from conformance.mutants import Resp
+
+    if req.path == "/api/v1/messages/lookup":
+        return Resp(404, {"Content-Type": "text/plain"}, b"Not found")
+    return req
+
+
+def test_core_contracts_do_not_need_the_lookup_extension(broker, tmp_path):
+    """Core contracts check what is stored through the lookup route where a broker offers it, else through
+    what a new consumer group reads: a broker without the lookup route passes them, and LOG-LOOKUP alone
+    reads NOT IMPLEMENTED."""
+    from conformance.mutants import Mutant
+
+    report = tmp_path / "report.json"
+    with _proxied(broker.url, Mutant("no-lookup", (), "no lookup route", on_request=_no_lookup)) as url:
+        proc = _run(["--url", url, "--contract", "LOG-PUSH-TXN-MINTED", "--contract", "LOG-TXN-MALFORMED-400",
+                     "--contract", "LOG-LOOKUP", "--report", str(report), "-q"])
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    contracts = json.loads(report.read_text())["contracts"]
+    assert contracts["LOG-PUSH-TXN-MINTED"]["status"] == "passed", contracts["LOG-PUSH-TXN-MINTED"]
+    assert contracts["LOG-TXN-MALFORMED-400"]["status"] == "passed", contracts["LOG-TXN-MALFORMED-400"]
+    assert contracts["LOG-LOOKUP"]["status"] == "not_implemented"
