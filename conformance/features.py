@@ -124,8 +124,22 @@ def _deadlines(http: httpx.Client) -> Probe:
     return Probe(False, f"the probe's pop answered {pop.status_code}: cannot tell, so the contracts run")
 
 
+def _lookup(http: httpx.Client) -> Probe:
+    # A hit, not a miss: a broker may answer a miss 404 (a wrong answer LOG-LOOKUP must catch, not a
+    # missing route), so the probe looks up a message it has just pushed.
+    q, txn = _name(), uuid.uuid4().hex
+    try:
+        push = http.post("/api/v1/push", json={"items": [{"queue": q, "partition": "Default", "payload": 1,
+                                                           "transactionId": txn}]})
+    except httpx.HTTPError as exc:
+        return Probe(False, f"lookup: the probe's push failed ({type(exc).__name__}): cannot tell, so the contracts run")
+    if not 200 <= push.status_code < 300:
+        return Probe(False, f"lookup: the probe's push answered {push.status_code}: cannot tell, so the contracts run")
+    return _route(http, "GET", "/api/v1/messages/lookup", params={"queue": q, "txn": txn})
+
+
 PROBES: dict[str, Callable[[httpx.Client], Probe]] = {
-    "lookup": lambda h: _route(h, "GET", "/api/v1/messages/lookup", params={"queue": _name(), "txn": "probe"}),
+    "lookup": _lookup,
     # without a queue: a 400 from a broker that has the route (a fresh queue's name would be a 404 of ours)
     "messages": lambda h: _route(h, "GET", "/api/v1/messages"),
     "dlq-replay": lambda h: _route(h, "POST", "/api/v1/dlq/not-a-dlq-id/replay"),
