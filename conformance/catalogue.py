@@ -44,7 +44,7 @@ How a contract declares its profile (the only thing a new contract has to decide
     prefix first (``TMR-`` -> timers, so a new ``TMR-RECUR-...`` contract is a timers contract, ``LOG-`` ->
     core, ``KV-`` -> extensions ...);
   * ``profile="strict"`` (or any other profile) as the fourth argument of ``C(...)`` when it differs from
-    its prefix's: ``C("LOG-PUSH-UNKNOWN-FIELD", src, sentence, profile="strict", profile="strict")``.
+    its prefix's: ``C("LOG-PUSH-UNKNOWN-FIELD", src, sentence, profile="strict")``.
   The meta-test (conformance/test_catalogue.py) refuses a test that names a core contract together with a
   contract of another profile: a strict habit or a missing extension must never fail a core contract.
 
@@ -365,7 +365,8 @@ CONTRACTS: tuple[C, ...] = (
     C("LOG-PUSH-ANY-JSON", f"{ML} / Push",
       "payload is any JSON, null included, and is delivered as sent."),
     C("LOG-PUSH-UNKNOWN-FIELD", f"{ML} / Push",
-      "An item with an unknown key is 400 and nothing of the request is written (not even its valid items)."),
+      "An item with an unknown key is 400 and nothing of the request is written (not even its valid items).",
+      profile="strict"),
     C("LOG-PRODUCERSUB-STAMPED", f"{ML} / Push / docs/protocol.md §2.3",
       "producerSub is the credential's sub: the delivered message and its lookup carry the pusher's sub.", profile="extensions"),
     C("LOG-PAYLOAD-413-WHOLE", f"{ML} / Push",
@@ -503,7 +504,8 @@ CONTRACTS: tuple[C, ...] = (
       "a message not yet done is kept."),
     C("LOG-ENCRYPTION-TRANSPARENT", f"{ML} / Encryption at rest",
       "encryptionEnabled: true is either accepted and invisible on the wire (pop, lookup and message get "
-      "answer the payload as sent) or refused with 400 encryption_unavailable when the broker has no keys."),
+      "answer the payload as sent) or refused with 400 encryption_unavailable when the broker has no keys "
+      "(core checks pop and what is stored; the message browser is an extension)."),
     C("LOG-TXN-PUSH-ACK", f"{ML} / Transactions / docs/protocol.md §2.6",
       "A transaction's pushes and acks apply in one step; results are flat (each pushed item and each ack, "
       "in operation order) and success is true."),
@@ -887,6 +889,11 @@ PROFILE_BY_PREFIX: dict[str, str] = {
     "LOG-POP-CONFLATION": "extensions", "LOG-PUSH-BINARY": "extensions", "LOG-TX-BINARY": "extensions",
     "LOG-POP-FRAMED": "extensions", "LOG-LOOKUP": "extensions", "LOG-MESSAGE-GET": "extensions",
     "LOG-DLQ-REPLAY": "extensions",
+    # this broker's choices beyond what the protocol and the client ask (reference run of 2026-12-06):
+    # the client always sends batch and transactionId, never acks twice on purpose, and reads a
+    # transaction's refusal from success/error; unknown options and malformed bundles are our validation
+    "LOG-POP-BATCH-DEFAULT": "strict", "LOG-PUSH-TXN-MINTED": "strict", "LOG-ACK-IDEMPOTENT": "strict",
+    "LOG-ACK-NO-LEASE": "strict", "LOG-CONFIGURE": "strict", "LOG-TXN-MALFORMED-400": "strict",
 }
 
 # A broker may not offer these (docs/protocol.md §9 lists what is safe to omit). The probe of each is in

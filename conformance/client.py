@@ -38,6 +38,12 @@ class NotImplementedFeature(Exception):
         self.evidence = evidence
 
 
+# A pop that expects messages waits up to this long for them (a long poll, answered at once when they are
+# there): the protocol promises a waiting pop the message as soon as it is visible (docs/protocol.md §2.4),
+# not that a non-waiting pop sees a push the moment it was acknowledged (some brokers publish new
+# partitions to their pop path asynchronously).
+SETTLE_MS = 1000
+
 # Any 2xx is a success on the wire (docs/protocol.md §1.4): the core contracts accept the whole range.
 OK = range(200, 300)
 
@@ -261,7 +267,8 @@ class Api:
     def configure(self, queue: str, **options: Any) -> httpx.Response:
         return self.http.post("/api/v1/configure", json={"queue": queue, "namespace": None, "task": None, "options": options})
 
-    def pop(self, queue: str, *, wait_ms: int = 0, batch: int = 100) -> list[dict[str, Any]]:
+    def pop(self, queue: str, *, wait_ms: int = SETTLE_MS, batch: int = 100) -> list[dict[str, Any]]:
+        """One auto-acked pop, waiting up to ``wait_ms`` for a message (0: not at all)."""
         params = {"batch": str(batch), "wait": "true" if wait_ms else "false", "timeout": str(wait_ms or 1),
                   "autoAck": "true"}
         resp = self.http.get(f"/api/v1/pop/queue/{quote(queue, safe='')}", params=params,
@@ -277,11 +284,13 @@ class Api:
         out: list[dict[str, Any]] = []
         if settle_ms:
             time.sleep(settle_ms / 1000)
+        wait = SETTLE_MS  # the first pop waits for what was just pushed; the next ones take what is left
         while True:
-            got = self.pop(queue)
+            got = self.pop(queue, wait_ms=wait)
             if not got:
                 return out
             out.extend(got)
+            wait = 0
 
     def offers(self, feature: str) -> bool:
         """Does the target offer this optional feature (catalogue.FEATURES)? The run's probe decides."""
@@ -342,10 +351,13 @@ class Api:
         return self.http.get(path, params=q, timeout=timeout_s)
 
     def pop_leased(self, queue: str, *, group: str | None = None, batch: int = 100, **params: Any) -> dict[str, Any] | None:
-        """A non-waiting pop under a lease: the answer, or None when empty (204 or 200 with no messages)."""
+        """A pop under a lease (waiting up to SETTLE_MS): the answer, or None when empty (204 or 200 with no
+        messages)."""
         if group is not None:
             params["consumerGroup"] = group
-        resp = self.pop_raw(queue, batch=batch, wait=False, **params)
+        params.setdefault("wait", True)  # a long poll of SETTLE_MS: see SETTLE_MS
+        params.setdefault("timeout", SETTLE_MS)
+        resp = self.pop_raw(queue, batch=batch, timeout_s=30 + SETTLE_MS / 1000, **params)
         if resp.status_code == 204:
             return None
         if empty_pop(resp) and params.get("conflation") is None:

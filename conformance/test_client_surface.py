@@ -8,13 +8,13 @@ from urllib.parse import quote
 
 import pytest
 
-from conformance.client import OK, configured, expect, expect_error, pushed, uniq
+from conformance.client import OK, SETTLE_MS, configured, expect, expect_error, pushed, uniq
 
 contract = pytest.mark.contract
 
 
 def _pop_leased(api, q: str, *, group: str | None = None, batch: int = 10) -> dict:
-    params = {"batch": str(batch), "wait": "false"}
+    params = {"batch": str(batch), "wait": "true", "timeout": str(SETTLE_MS)}
     if group:
         params["consumerGroup"] = group
     data = expect(api.http.get(f"/api/v1/pop/queue/{quote(q, safe='')}", params=params), 200)
@@ -196,7 +196,7 @@ def test_delayed_processing_holds_messages_until_due(api):
     q = uniq("opt-delay")
     configured(api.configure(q, delayedProcessing=1))
     pushed(api.push(q, ["later"]))
-    assert api.pop(q) == []
+    assert api.pop(q, wait_ms=0) == []
     time.sleep(1.3)
     assert _data(api.pop(q)) == ["later"]
 
@@ -208,7 +208,7 @@ def test_retry_delay_keeps_a_nacked_message_back(api):
     pushed(api.push(q, ["flaky"]))
     [m] = api.pop_leased(q)["messages"]
     assert api.ack(m, status="failed", error="later")["success"] is True
-    assert api.pop_leased(q) is None
+    assert api.pop_leased(q, wait=False) is None
     time.sleep(1.3)
     [again] = api.pop_leased(q)["messages"]
     assert again["data"] == "flaky" and again["deliveryAttempt"] == 2, again
@@ -219,7 +219,7 @@ def test_window_buffer_waits_for_a_quiet_partition(api):
     q = uniq("opt-window")
     configured(api.configure(q, windowBuffer=1))
     pushed(api.push(q, ["a", "b"]))
-    assert api.pop(q) == []
+    assert api.pop(q, wait_ms=0) == []
     time.sleep(1.3)
     assert _data(api.pop(q)) == ["a", "b"]
 
@@ -230,7 +230,7 @@ def test_max_wait_dead_letters_what_waited_too_long(api):
     configured(api.configure(q, maxWaitTimeSeconds=1))
     pushed(api.push(q, ["stale"]))
     time.sleep(1.3)
-    assert api.pop(q) == []
+    assert api.pop(q, wait_ms=0) == []
     [row] = api.dlq(q)
     assert row["data"] == "stale" and "max_wait_exceeded" in (row.get("errorMessage") or ""), row
 

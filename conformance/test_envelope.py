@@ -200,7 +200,8 @@ CORE_PREFIXES = ("/api/v1/push", "/api/v1/pop", "/api/v1/ack", "/api/v1/transact
 def test_garbage_refused_with_an_error_body(api, target):
     bad = []
     for m, p, b, r in _send_garbage(api, target):
-        if 400 <= r.status_code < 500 and r.content and p.startswith(CORE_PREFIXES):
+        # (404/405: a route the broker does not have is ENV-NO-SUCH-ROUTE's business, a strict contract)
+        if 400 <= r.status_code < 500 and r.status_code not in (404, 405) and r.content and p.startswith(CORE_PREFIXES):
             try:
                 assert_error_body(r)
             except AssertionError as exc:
