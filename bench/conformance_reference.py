@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             tokens = runner.mint_tokens(secret)
             suite = ["--url", ours.url, "--name", "queen-broker", "--allow-cluster-changes",
                      "--url-reference", cpp.url, "--reference-name", args.cpp_name,
+                     "--reference-allow-cluster-changes",  # a C++ Queen of our own, on its own database
                      "--report", str(out / "compatibility.json"), "--html", str(out / "compatibility.html")]
             for opt, key in (("--token", "token"), ("--token-b", "token_b"), ("--admin-token", "admin_token"),
                              ("--token-produce-only", "token_produce_only"),

@@ -172,6 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
                                            "compatibility matrix of both")
     p.add_argument("--reference-token", help="bearer token for the reference broker (default none: auth off)")
     p.add_argument("--reference-name", default="reference", help="the reference broker's name in the matrix")
+    p.add_argument("--reference-allow-cluster-changes", action="store_true",
+                   help="--allow-cluster-changes for the reference too (a reference nobody else uses)")
     p.add_argument("--list", action="store_true", help="print the contract catalogue with its tests and exit")
     return p
 
@@ -211,6 +213,7 @@ def pytest_args(args: argparse.Namespace, urls: list[str], tokens: dict[str, str
 
 
 _REFERENCE_OPTS = ("--url-reference", "--reference-token", "--reference-name", "--report", "--html", "--name")
+_REFERENCE_FLAGS = ("--reference-allow-cluster-changes",)
 
 
 def _strip(argv: list[str], options: tuple[str, ...], flags: tuple[str, ...] = ()) -> list[str]:
@@ -239,7 +242,7 @@ def reference_run(args: argparse.Namespace, extra: list[str], argv: list[str]) -
 
     from conformance import report as rep
 
-    common = _strip(argv, _REFERENCE_OPTS)
+    common = _strip(argv, _REFERENCE_OPTS, flags=_REFERENCE_FLAGS)
     ours_name = args.name or (", ".join(args.url) if args.url else "queen-broker (local)")
     with tempfile.TemporaryDirectory(prefix="queen-conformance-ref-") as tmp:
         runs = []
@@ -251,6 +254,8 @@ def reference_run(args: argparse.Namespace, extra: list[str], argv: list[str]) -
         ref_argv = [*base, "--url", args.url_reference, "--report", f"{tmp}/ref.json", "--name", args.reference_name]
         if args.reference_token:
             ref_argv += ["--token", args.reference_token]
+        if args.reference_allow_cluster_changes:
+            ref_argv.append("--allow-cluster-changes")
         codes = []
         for label, run_argv, path in (("under test", ours_argv, f"{tmp}/ours.json"),
                                       ("reference", ref_argv, f"{tmp}/ref.json")):
