@@ -661,6 +661,9 @@ CONTRACTS: tuple[C, ...] = (
       "reason and code, when present, are strings."),
     C("ENV-NO-500", "house rules",
       "No 500 for anything a client can send (a battery of garbage requests to every surface)."),
+    C("ENV-NO-500-OPERATOR", "house rules",
+      "No 500 for anything an operator can send to this broker's operator API (/api/v1/admin/*).",
+      profile="extensions", feature="admin"),
     C("ENV-UNAUTHENTICATED", "auth / errors.py",
       "With authentication on, a request without a credential is 401 in the envelope."),
     # ---------------------------------------------------------------- locks and semaphores (docs/protocol.md §5, docs/decisions.md §8)

@@ -10,6 +10,7 @@ from conformance.plugin import (  # noqa: F401  (hooks and fixtures are found by
     api_produce_only,
     hooks,
     measure,
+    operator,
     plan,
     pytest_addoption,
     pytest_collection_finish,

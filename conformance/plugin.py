@@ -538,6 +538,18 @@ def admin(target: Target, api: Api, pytestconfig: pytest.Config) -> Any:
 
 
 @pytest.fixture
+def operator(target: Target, api: Api, pytestconfig: pytest.Config) -> Api:
+    """The operator credential on the wire every Queen broker has (no probe of this broker's /api/v1/admin
+    routes): for core contracts that need the admin grant, such as deleting a queue. Same opt-in as admin."""
+    if not pytestconfig.getoption("--queen-allow-cluster-changes"):
+        not_verified("uses the operator credential, which the run may use only with --allow-cluster-changes")
+    token = pytestconfig.getoption("--queen-admin-token")
+    if not token and api.token:
+        not_verified("needs an operator credential (--queen-admin-token)")
+    return _api(target, token, "operator")
+
+
+@pytest.fixture
 def hooks(target: Target, api: Api) -> Any:
     from conformance.client import Hooks
 

@@ -25,13 +25,13 @@ def _pop_leased(api, q: str, *, group: str | None = None, batch: int = 10) -> di
 # ------------------------------------------------------------------------------ deviations (item 10)
 
 @contract("CLI-DELETE-MISSING-QUEUE")
-def test_delete_of_missing_queue_answers_deleted_false(admin):
+def test_delete_of_missing_queue_answers_deleted_false(operator):
     q = uniq("gone")
-    data = expect(admin.api.http.delete(f"/api/v1/resources/queues/{q}"), 200)
+    data = expect(operator.http.delete(f"/api/v1/resources/queues/{q}"), 200)
     assert data.get("deleted") is False and not data.get("error"), data
-    pushed(admin.api.push(q, [1]))
-    assert expect(admin.api.http.delete(f"/api/v1/resources/queues/{q}"), 200).get("deleted") is True
-    assert expect(admin.api.http.delete(f"/api/v1/resources/queues/{q}"), 200).get("deleted") is False
+    pushed(operator.push(q, [1]))
+    assert expect(operator.http.delete(f"/api/v1/resources/queues/{q}"), 200).get("deleted") is True
+    assert expect(operator.http.delete(f"/api/v1/resources/queues/{q}"), 200).get("deleted") is False
 
 
 @contract("CLI-RENEW-EXPIRED-LEASE")

@@ -222,7 +222,7 @@ def test_garbage_refused_in_the_envelope(api, target):
 
 
 @cluster_wide
-@contract("ENV-NO-500")
+@contract("ENV-NO-500-OPERATOR")
 def test_no_500_on_operator_garbage(admin, target, tenant_a):
     """The operator surface follows the same rule: no 500 for anything an operator can send."""
     raw = target.raw()
