@@ -713,8 +713,8 @@ CONTRACTS: tuple[C, ...] = (
       "and its guard loses in this tenant's transaction."),
     # ---------------------------------------------------------------- the official client's surface (docs/decisions.md §7)
     C("CLI-DELETE-MISSING-QUEUE", "docs/protocol.md §2.2 / docs/decisions.md §7",
-      "Deleting a queue that does not exist answers 200 {deleted: false} without error; deleting one that "
-      "exists answers deleted: true."),
+      "Deleting a queue that does not exist answers a 2xx without error (ours says deleted: false; the client "
+      "reads only error); deleting one that exists answers deleted: true and its messages are gone."),
     C("CLI-RENEW-EXPIRED-LEASE", "docs/protocol.md §2.7 / docs/decisions.md §7",
       "Renewing a live lease answers success: true; renewing one whose end has passed answers 200 "
       "success: false."),

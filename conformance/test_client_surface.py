@@ -27,11 +27,15 @@ def _pop_leased(api, q: str, *, group: str | None = None, batch: int = 10) -> di
 @contract("CLI-DELETE-MISSING-QUEUE")
 def test_delete_of_missing_queue_answers_deleted_false(operator):
     q = uniq("gone")
-    data = expect(operator.http.delete(f"/api/v1/resources/queues/{q}"), 200)
-    assert data.get("deleted") is False and not data.get("error"), data
+    # the client takes any 2xx without an error as success (docs/protocol.md §2.2): a missing queue's
+    # deleted flag is the broker's to choose (ours says false, the C++ Queen true with existed: false)
+    data = expect(operator.http.delete(f"/api/v1/resources/queues/{q}"), OK)
+    assert isinstance(data, dict) and not data.get("error"), data
     pushed(operator.push(q, [1]))
-    assert expect(operator.http.delete(f"/api/v1/resources/queues/{q}"), 200).get("deleted") is True
-    assert expect(operator.http.delete(f"/api/v1/resources/queues/{q}"), 200).get("deleted") is False
+    assert expect(operator.http.delete(f"/api/v1/resources/queues/{q}"), OK).get("deleted") is True
+    again = expect(operator.http.delete(f"/api/v1/resources/queues/{q}"), OK)
+    assert isinstance(again, dict) and not again.get("error"), again
+    assert operator.pop(q, wait_ms=0) == [], "a deleted queue still hands out its message"
 
 
 @contract("CLI-RENEW-EXPIRED-LEASE")
