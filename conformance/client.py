@@ -29,6 +29,49 @@ def not_verified(reason: str) -> None:
     raise NotVerified(reason)
 
 
+class NotImplementedFeature(Exception):
+    """The target does not offer a feature the contract needs (conformance/features.py decided it)."""
+
+    def __init__(self, feature: str, evidence: str) -> None:
+        super().__init__(f"{feature}: {evidence}")
+        self.feature = feature
+        self.evidence = evidence
+
+
+# A pop that expects messages waits up to this long for them (a long poll, answered at once when they are
+# there): the protocol promises a waiting pop the message as soon as it is visible (docs/protocol.md §2.4),
+# not that a non-waiting pop sees a push the moment it was acknowledged (some brokers publish new
+# partitions to their pop path asynchronously).
+SETTLE_MS = 1000
+
+# Any 2xx is a success on the wire (docs/protocol.md §1.4): the core contracts accept the whole range.
+OK = range(200, 300)
+
+
+def setup(resp: httpx.Response, what: str, status: int | tuple[int, ...] | range = OK) -> Any:
+    """A setup step (a push, a configure ... that the contract is not about): its answer never decides the
+    verdict. A refusal makes the contract NOT VERIFIED with the reason, not FAILED; the contract about that
+    step judges it."""
+    wanted = (status,) if isinstance(status, int) else status
+    if resp.status_code not in wanted:
+        not_verified(f"setup step failed ({what}): {resp.request.method} {resp.request.url.path} answered "
+                     f"{resp.status_code}: {resp.text[:200]}")
+    return body(resp)
+
+
+def pushed(resp: httpx.Response) -> Any:
+    """A push that is a setup step (any 2xx, a JSON array of results, none of them failed)."""
+    data = setup(resp, "push")
+    if not isinstance(data, list) or any(isinstance(r, dict) and r.get("status") == "failed" for r in data):
+        not_verified(f"setup step failed (push): the push answered {str(data)[:200]}")
+    return data
+
+
+def configured(resp: httpx.Response) -> Any:
+    """A configure that is a setup step (any 2xx)."""
+    return setup(resp, "configure")
+
+
 TIMERS = "/api/v1/timers"
 STATUSES = frozenset({"scheduled", "rescheduled", "cancelled", "absent", "too_late"})
 
@@ -82,6 +125,14 @@ def _no_500(resp: httpx.Response) -> None:
         )
 
 
+def empty_pop(resp: httpx.Response) -> bool:
+    """An empty pop as the protocol allows it (docs/protocol.md §2.4): 204, or 200 with no messages."""
+    if resp.status_code == 204:
+        return True
+    data = body(resp) if resp.status_code == 200 else None
+    return isinstance(data, dict) and not [m for m in (data.get("messages") or []) if m]
+
+
 def body(resp: httpx.Response) -> Any:
     try:
         return resp.json()
@@ -89,7 +140,7 @@ def body(resp: httpx.Response) -> Any:
         return None
 
 
-def expect(resp: httpx.Response, status: int | tuple[int, ...]) -> Any:
+def expect(resp: httpx.Response, status: int | tuple[int, ...] | range) -> Any:
     wanted = (status,) if isinstance(status, int) else status
     assert resp.status_code in wanted, (
         f"{resp.request.method} {resp.request.url.path}: expected HTTP {wanted}, got {resp.status_code}: {resp.text[:400]}"
@@ -97,22 +148,38 @@ def expect(resp: httpx.Response, status: int | tuple[int, ...]) -> Any:
     return body(resp)
 
 
-def expect_error(resp: httpx.Response, status: int, code: str | None = None, reason: str | None = None) -> dict[str, Any]:
-    """A refusal: the status, the envelope {error, reason, detail} and (optionally) the code/reason."""
+def expect_error(resp: httpx.Response, status: int | tuple[int, ...], code: str | None = None,
+                 reason: str | None = None) -> dict[str, Any]:
+    """A refusal: the status, an error body the client reads (``error``, optional ``reason``/``code``:
+    docs/protocol.md §1.7) and (optionally) the code/reason. The full envelope of this broker (``reason``
+    and ``detail`` always there) is the strict contract ENV-SHAPE (``assert_envelope``)."""
     data = expect(resp, status)
-    assert_envelope(resp, data)
+    assert_error_body(resp, data)
     if code is not None:
-        assert data["error"] == code, f"expected error code {code!r}, got {data!r}"
+        got = data.get("code") if isinstance(data.get("code"), str) else data["error"]
+        assert code in (data["error"], got), f"expected error code {code!r}, got {data!r}"
     if reason is not None:
-        assert data["reason"] == reason, f"expected reason {reason!r}, got {data!r}"
+        assert data.get("reason") == reason, f"expected reason {reason!r}, got {data!r}"
     return data
 
 
-def assert_envelope(resp: httpx.Response, data: Any = None) -> None:
+def assert_error_body(resp: httpx.Response, data: Any = None) -> None:
+    """What the client reads of a refusal (docs/protocol.md §1.4, §1.7): a JSON object with a string
+    ``error``; ``reason``, ``code`` and ``detail`` are strings when present."""
     data = body(resp) if data is None else data
     where = f"{resp.request.method} {resp.request.url.path} -> {resp.status_code}"
     assert "json" in resp.headers.get("content-type", ""), f"{where}: error without a JSON content type"
     assert isinstance(data, dict), f"{where}: error body is not a JSON object: {resp.text[:200]}"
+    assert isinstance(data.get("error"), str) and data["error"], f"{where}: error body lacks a string 'error': {data!r}"
+    for k in ("reason", "code", "detail"):
+        assert data.get(k) is None or isinstance(data[k], str), f"{where}: {k!r} is not a string: {data!r}"
+
+
+def assert_envelope(resp: httpx.Response, data: Any = None) -> None:
+    """This broker's envelope, exactly: {error, reason, detail}, all non-empty strings (strict)."""
+    data = body(resp) if data is None else data
+    assert_error_body(resp, data)
+    where = f"{resp.request.method} {resp.request.url.path} -> {resp.status_code}"
     for k in ("error", "reason", "detail"):
         assert isinstance(data.get(k), str) and data[k], f"{where}: envelope lacks a string {k!r}: {data!r}"
 
@@ -200,7 +267,8 @@ class Api:
     def configure(self, queue: str, **options: Any) -> httpx.Response:
         return self.http.post("/api/v1/configure", json={"queue": queue, "namespace": None, "task": None, "options": options})
 
-    def pop(self, queue: str, *, wait_ms: int = 0, batch: int = 100) -> list[dict[str, Any]]:
+    def pop(self, queue: str, *, wait_ms: int = SETTLE_MS, batch: int = 100) -> list[dict[str, Any]]:
+        """One auto-acked pop, waiting up to ``wait_ms`` for a message (0: not at all)."""
         params = {"batch": str(batch), "wait": "true" if wait_ms else "false", "timeout": str(wait_ms or 1),
                   "autoAck": "true"}
         resp = self.http.get(f"/api/v1/pop/queue/{quote(queue, safe='')}", params=params,
@@ -216,11 +284,39 @@ class Api:
         out: list[dict[str, Any]] = []
         if settle_ms:
             time.sleep(settle_ms / 1000)
+        wait = SETTLE_MS  # the first pop waits for what was just pushed; the next ones take what is left
         while True:
-            got = self.pop(queue)
+            got = self.pop(queue, wait_ms=wait)
             if not got:
                 return out
             out.extend(got)
+            wait = 0
+
+    def offers(self, feature: str) -> bool:
+        """Does the target offer this optional feature (catalogue.FEATURES)? The run's probe decides."""
+        from conformance.features import probe
+
+        raw = httpx.Client(base_url=self.target.url, timeout=30.0,
+                           headers={k: v for k, v in self.http.headers.items() if k.lower() == "authorization"})
+        self.target._clients.append(raw)
+        return not probe(feature, raw).missing
+
+    def stored(self, queue: str, txn: str) -> bool:
+        """Is the message with this transaction id in the queue? By the lookup route where the broker has one
+        (an extension), else by what a brand-new consumer group reads from the oldest message on, which
+        every broker serves (docs/protocol.md §2.4: a new group starts at the oldest message)."""
+        if self.offers("lookup"):
+            return bool(self.lookup(queue, txn)["found"])
+        group = uniq("stored")
+        seen: set[str] = set()
+        for _ in range(1000):
+            resp = self.pop_raw(queue, consumerGroup=group, subscriptionMode="all", autoAck=True, wait=False,
+                                batch=1000)
+            if empty_pop(resp):
+                return txn in seen
+            data = expect(resp, 200)
+            seen.update(str(m.get("transactionId")) for m in data.get("messages") or [] if m)
+        raise AssertionError(f"queue {queue} still handing out messages to a new group after 1000 pops")
 
     def lookup(self, queue: str, txn: str) -> dict[str, Any]:
         data = expect(self.http.get("/api/v1/messages/lookup", params={"queue": queue, "txn": txn}), 200)
@@ -255,12 +351,17 @@ class Api:
         return self.http.get(path, params=q, timeout=timeout_s)
 
     def pop_leased(self, queue: str, *, group: str | None = None, batch: int = 100, **params: Any) -> dict[str, Any] | None:
-        """A non-waiting pop under a lease: the answer, or None on 204."""
+        """A pop under a lease (waiting up to SETTLE_MS): the answer, or None when empty (204 or 200 with no
+        messages)."""
         if group is not None:
             params["consumerGroup"] = group
-        resp = self.pop_raw(queue, batch=batch, wait=False, **params)
+        params.setdefault("wait", True)  # a long poll of SETTLE_MS: see SETTLE_MS
+        params.setdefault("timeout", SETTLE_MS)
+        resp = self.pop_raw(queue, batch=batch, timeout_s=30 + SETTLE_MS / 1000, **params)
         if resp.status_code == 204:
             return None
+        if empty_pop(resp) and params.get("conflation") is None:
+            return None  # 200 with no messages: the same "nothing" (conflating pops keep their echo)
         data = expect(resp, 200)
         assert isinstance(data, dict) and isinstance(data.get("messages"), list), data
         return data

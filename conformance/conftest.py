@@ -1,6 +1,7 @@
 """Loads the conformance plugin when pytest is pointed at this directory (``pytest conformance``)."""
 
 from conformance.plugin import (  # noqa: F401  (hooks and fixtures are found by name)
+    _queen_features,
     admin,
     api,
     api_b,
@@ -9,6 +10,7 @@ from conformance.plugin import (  # noqa: F401  (hooks and fixtures are found by
     api_produce_only,
     hooks,
     measure,
+    operator,
     plan,
     pytest_addoption,
     pytest_collection_finish,

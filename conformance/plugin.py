@@ -1,13 +1,20 @@
 """The pytest plugin of the conformance suite: options, the NOT VERIFIED outcome, the per-contract
 summary, the JSON report and the fixtures that reach the target broker (over HTTP only).
 
-Outcomes per test: passed, failed, or NOT VERIFIED (the test needs something the target does not
-offer: the fault-injection hooks, the admin API, a second tenant's token...). A NOT VERIFIED test is
-reported with its reason, never as passed and never as a plain skip. Per contract: failed if any of its
-tests failed, else not verified if any of its tests could not verify, else passed.
+Outcomes per test: passed, failed, NOT VERIFIED (the test needs something the run was not given: a
+credential, an opt-in, the fault-injection hooks; or one of its setup steps failed), or NOT IMPLEMENTED
+(the target does not offer a feature the contract needs: its probe in conformance/features.py answered
+404/405/501 or the documented sign of an omitted feature). NOT VERIFIED and NOT IMPLEMENTED are reported
+with their reason, never as passed and never as a plain skip; NOT IMPLEMENTED is reported once per
+feature. Per contract: failed if any of its tests failed, else not verified, else not implemented, else
+passed.
 
-Exit status: non-zero when any contract failed. NOT VERIFIED does not fail the gate by default;
-``--queen-strict`` turns every NOT VERIFIED into a failure.
+Profiles (catalogue.PROFILES): ``--queen-profile core,timers`` runs only the tests of those profiles; the
+summary and the reports count per profile.
+
+Exit status: non-zero when any contract failed. NOT VERIFIED does not fail the gate by default
+(``--queen-strict`` turns it into a failure); NOT IMPLEMENTED does not either, unless its profile is named
+by ``--queen-require``.
 """
 
 from __future__ import annotations
@@ -24,8 +31,17 @@ from typing import Any
 
 import pytest
 
-from conformance.catalogue import BY_ID, CONTRACTS
-from conformance.client import Api, NotVerified, Target, not_verified
+from conformance.catalogue import (
+    BY_ID,
+    CONTRACTS,
+    FEATURES,
+    PROFILES,
+    REFERENCE_DEVIATIONS,
+    family_of,
+    feature_of,
+    profile_of,
+)
+from conformance.client import Api, NotImplementedFeature, NotVerified, Target, not_verified
 
 REPORT_KEY = pytest.StashKey[dict[str, Any]]()
 
@@ -77,11 +93,34 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="the target's QUEEN_POP_DEFAULT_BATCH, for LOG-POP-BATCH-DEFAULT (default 200)")
     g.addoption("--queen-lease-extend-s", type=float, default=60.0,
                 help="the target's QUEEN_LEASE_EXTEND_S, for the lease extend contracts (default 60)")
+    g.addoption("--queen-profile", action="append", default=[],
+                help=f"run only the contracts of these profiles (comma-separated, repeatable; {', '.join(PROFILES)}); "
+                     "default all")
+    g.addoption("--queen-require", action="append", default=[],
+                help="profiles whose NOT IMPLEMENTED contracts fail the gate (comma-separated, repeatable)")
+    g.addoption("--queen-html", default=None, help="write an HTML report (per profile, family and contract) here")
+    g.addoption("--queen-broker-name", default=None, help="the target's name in the reports (default: its URL)")
+
+
+def _csv(values: list[str]) -> list[str]:
+    return [v.strip() for item in values for v in item.split(",") if v.strip()]
+
+
+def selected_profiles(config: pytest.Config) -> list[str]:
+    return _csv(config.getoption("--queen-profile") or []) or list(PROFILES)
+
+
+def required_profiles(config: pytest.Config) -> set[str]:
+    return set(_csv(config.getoption("--queen-require") or []))
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "contract(*ids): contract ids of the conformance catalogue a test checks")
-    config.stash[REPORT_KEY] = {"tests": {}, "contracts_of": {}, "measurements": {}}
+    config.stash[REPORT_KEY] = {"tests": {}, "contracts_of": {}, "measurements": {}, "features": {}}
+    for opt in ("--queen-profile", "--queen-require"):
+        unknown = sorted(set(_csv(config.getoption(opt) or [])) - set(PROFILES))
+        if unknown:
+            raise pytest.UsageError(f"{opt} names unknown profile(s) {unknown}; the profiles are {', '.join(PROFILES)}")
 
 
 # ------------------------------------------------------------------------------------------ collection
@@ -100,11 +139,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if unknown:
         raise pytest.UsageError(f"--queen-contract names unknown contract id(s): {unknown}")
     state = config.stash[REPORT_KEY]
+    profiles = set(selected_profiles(config))
     keep, drop = [], []
     for item in items:
         ids = contracts_of(item)
         state["contracts_of"][item.nodeid] = ids
-        if wanted and not (set(ids) & wanted):
+        if (wanted and not (set(ids) & wanted)) or (ids and not {profile_of(c) for c in ids if c in BY_ID} & profiles):
             drop.append(item)
         else:
             keep.append(item)
@@ -178,7 +218,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     outcome = yield
     rep = outcome.get_result()
     excinfo = call.excinfo
-    if excinfo is not None and excinfo.errisinstance(NotVerified):
+    if excinfo is not None and excinfo.errisinstance(NotImplementedFeature):
+        exc = excinfo.value
+        rep.queen_not_implemented = exc.feature
+        path, lineno, _ = item.reportinfo()
+        required = {profile_of(c) for c in contracts_of(item) if c in BY_ID} & required_profiles(item.config)
+        if required:
+            rep.outcome = "failed"
+            rep.longrepr = (f"NOT IMPLEMENTED in a required profile ({', '.join(sorted(required))}): "
+                            f"{FEATURES[exc.feature]}: {exc.evidence}")
+        else:
+            rep.outcome = "skipped"
+            rep.longrepr = (str(path), (lineno or 0) + 1, f"NOT IMPLEMENTED: {FEATURES[exc.feature]}")
+    elif excinfo is not None and excinfo.errisinstance(NotVerified):
         reason = str(excinfo.value.reason)
         rep.queen_not_verified = reason
         path, lineno, _ = item.reportinfo()
@@ -197,6 +249,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> Any:
     if getattr(report, "queen_not_verified", None) is not None and report.skipped:
         return "not verified", "N", ("NOT VERIFIED", {"yellow": True})
+    if getattr(report, "queen_not_implemented", None) is not None and report.skipped:
+        return "not implemented", "I", ("NOT IMPLEMENTED", {"yellow": True})
     return None
 
 
@@ -213,6 +267,10 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     elif getattr(report, "queen_not_verified", None) is not None and t["outcome"] != "failed":
         t["outcome"] = "not_verified"
         t["reason"] = report.queen_not_verified
+    elif getattr(report, "queen_not_implemented", None) is not None and t["outcome"] == "passed":
+        t["outcome"] = "not_implemented"
+        t["reason"] = f"not implemented: {FEATURES[report.queen_not_implemented]}"
+        t["feature"] = report.queen_not_implemented
 
 
 _STATE: dict[str, dict[str, Any]] = {}
@@ -235,14 +293,18 @@ class ContractResult:
     reasons: list[str] = field(default_factory=list)
 
 
+STATUSES = ("passed", "failed", "not_verified", "not_implemented")
+LABELS = {"passed": "PASSED", "failed": "FAILED", "not_verified": "NOT VERIFIED", "not_implemented": "NOT IMPLEMENTED"}
+
+
 def fold(state: dict[str, Any]) -> dict[str, ContractResult]:
     results = {c.id: ContractResult() for c in CONTRACTS}
-    rank = {"not_run": 0, "passed": 1, "not_verified": 2, "failed": 3}
+    rank = {"not_run": 0, "passed": 1, "not_implemented": 2, "not_verified": 3, "failed": 4}
     for nodeid, t in state["tests"].items():
         for cid in state["contracts_of"].get(nodeid, []):
             r = results.setdefault(cid, ContractResult())
             r.tests.append(nodeid)
-            if t["outcome"] == "not_verified" and t["reason"]:
+            if t["outcome"] in ("not_verified", "not_implemented") and t["reason"]:
                 r.reasons.append(t["reason"])
             if t["outcome"] == "failed" and t["detail"]:
                 r.reasons.append(f"{nodeid}: {' '.join(t['detail'].split())}")
@@ -251,40 +313,124 @@ def fold(state: dict[str, Any]) -> dict[str, ContractResult]:
     return results
 
 
+def summarize(results: dict[str, ContractResult]) -> dict[str, Any]:
+    """Counts per profile and per family (the row of the compatibility matrix) of the contracts that ran."""
+    per_profile: dict[str, dict[str, int]] = {p: dict.fromkeys(STATUSES, 0) for p in PROFILES}
+    per_family: dict[str, dict[str, int]] = {}
+    for cid, r in results.items():
+        if r.status == "not_run" or cid not in BY_ID:
+            continue
+        per_profile[profile_of(cid)][r.status] += 1
+        per_family.setdefault(family_of(cid), dict.fromkeys(STATUSES, 0))[r.status] += 1
+    return {"profiles": per_profile, "families": per_family}
+
+
+def cell(counts: dict[str, int]) -> str:
+    """One matrix cell: 'not implemented' when nothing of the family is offered, else the counts that are
+    not zero (passed first)."""
+    ran = {k: v for k, v in counts.items() if v}
+    if not ran:
+        return "-"
+    if set(ran) == {"not_implemented"}:
+        return "not implemented"
+    return ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in sorted(ran.items(), key=lambda kv: STATUSES.index(kv[0])))
+
+
+def build_report(config: pytest.Config) -> dict[str, Any]:
+    state = config.stash[REPORT_KEY]
+    results = fold(state)
+    chosen = set(selected_profiles(config))
+    for cid in list(results):  # a test may also name contracts of a profile that was not asked for
+        if cid in BY_ID and profile_of(cid) not in chosen:
+            results[cid] = ContractResult()
+    urls = target_urls(config)
+    return {
+        "broker": config.getoption("--queen-broker-name") or (urls[0] if urls else None),
+        "urls": urls,
+        "profiles_run": selected_profiles(config),
+        "required": sorted(required_profiles(config)),
+        "contracts": {cid: {"status": r.status, "tests": r.tests, "reasons": r.reasons,
+                            "profile": profile_of(cid) if cid in BY_ID else None,
+                            "family": family_of(cid), "feature": feature_of(cid) if cid in BY_ID else None,
+                            **({"deviation": vars(REFERENCE_DEVIATIONS[cid])} if cid in REFERENCE_DEVIATIONS else {})}
+                      for cid, r in results.items()},
+        "summary": summarize(results),
+        "features": state["features"],
+        "tests": state["tests"],
+        "measurements": state["measurements"],
+        "strict": bool(config.getoption("--queen-strict")),
+    }
+
+
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     state = config.stash[REPORT_KEY]
-    if not state["tests"]:
+    if not any(state["contracts_of"].get(nodeid) for nodeid in state["tests"]):
         return
-    results = fold(state)
+    report = build_report(config)
     tr = terminalreporter
     tr.section("queen conformance: contracts")
-    counts = {"passed": 0, "failed": 0, "not_verified": 0}
-    for cid, r in results.items():
-        if r.status == "not_run":
+    missing = {f: v for f, v in state["features"].items() if v["missing"]}
+    for cid, r in report["contracts"].items():
+        if r["status"] in ("not_run", "not_implemented"):
             continue
-        counts[r.status] += 1
-        label = {"passed": "PASSED", "failed": "FAILED", "not_verified": "NOT VERIFIED"}[r.status]
-        line = f"{label:<13} {cid}"
-        if r.status != "passed" and r.reasons:
-            line += f"  -- {r.reasons[0][:160]}"
-        tr.write_line(line, red=r.status == "failed", yellow=r.status == "not_verified", green=r.status == "passed")
+        line = f"{LABELS[r['status']]:<13} {cid}"
+        if r["status"] != "passed" and r["reasons"]:
+            line += f"  -- {r['reasons'][0][:160]}"
+        if r["status"] == "failed" and cid in REFERENCE_DEVIATIONS:
+            line += f"  [recorded deviation of {REFERENCE_DEVIATIONS[cid].broker}]"
+        tr.write_line(line, red=r["status"] == "failed", yellow=r["status"] == "not_verified",
+                      green=r["status"] == "passed")
+    for feature, v in sorted(missing.items()):
+        n = sum(1 for r in report["contracts"].values() if r["status"] == "not_implemented" and r["feature"] == feature)
+        tr.write_line(f"NOT IMPLEMENTED {FEATURES[feature]}: {n} contract(s) -- {v['evidence'][:160]}", yellow=True)
     for name, value in state["measurements"].items():
         tr.write_line(f"measured: {name} = {value}")
+    tr.write_line("per profile:")
+    for prof, counts in report["summary"]["profiles"].items():
+        if any(counts.values()):
+            tr.write_line(f"  {prof:<11} {cell(counts)}")
     strict = config.getoption("--queen-strict")
+    totals = {k: sum(c[k] for c in report["summary"]["profiles"].values()) for k in STATUSES}
+    req = report["required"]
     tr.write_line(
-        f"contracts: {counts['passed']} passed, {counts['failed']} failed, {counts['not_verified']} not verified"
-        f" (NOT VERIFIED {'fails' if strict else 'does not fail'} the gate"
-        f"{'' if strict else '; --queen-strict makes it fail'})"
+        f"contracts: {totals['passed']} passed, {totals['failed']} failed, {totals['not_verified']} not verified, "
+        f"{totals['not_implemented']} not implemented"
+        f" (NOT VERIFIED {'fails' if strict else 'does not fail'} the gate; NOT IMPLEMENTED "
+        + (f"fails it only in the required profiles: {', '.join(req)})" if req else "does not fail it; --require PROFILE makes it fail)")
     )
     path = config.getoption("--queen-report")
     if path:
-        out = {
-            "contracts": {cid: {"status": r.status, "tests": r.tests, "reasons": r.reasons} for cid, r in results.items()},
-            "tests": state["tests"],
-            "measurements": state["measurements"],
-            "strict": bool(strict),
-        }
-        Path(path).write_text(json.dumps(out, indent=1, sort_keys=True))
+        Path(path).write_text(json.dumps(report, indent=1, sort_keys=True))
+    html_path = config.getoption("--queen-html")
+    if html_path:
+        from conformance.report import write_html
+
+        write_html(Path(html_path), [report])
+
+
+# ------------------------------------------------------------------------------------------ features
+
+
+@pytest.fixture(autouse=True)
+def _queen_features(request: pytest.FixtureRequest) -> None:
+    """A contract needing a feature the target does not offer is NOT IMPLEMENTED before its test runs
+    (one probe per feature per run: conformance/features.py)."""
+    ids = contracts_of(request.node)
+    needed = sorted({f for f in (feature_of(c) for c in ids if c in BY_ID) if f})
+    if not needed:
+        return
+    from conformance.features import probe
+
+    seen = request.config.stash[REPORT_KEY]["features"]
+    for feature in needed:
+        if feature not in seen:
+            api = request.getfixturevalue("api")
+            http = api.target.raw()  # no 5xx check: a probe only looks
+            http.headers.update({k: v for k, v in api.http.headers.items() if k.lower() == "authorization"})
+            got = probe(feature, http)
+            seen[feature] = {"missing": got.missing, "evidence": got.evidence}
+        if seen[feature]["missing"]:
+            raise NotImplementedFeature(feature, seen[feature]["evidence"])
 
 
 # ------------------------------------------------------------------------------------------ fixtures
@@ -393,6 +539,18 @@ def admin(target: Target, api: Api, pytestconfig: pytest.Config) -> Any:
     adm = Admin(_api(target, token, "admin"))
     adm.probe()
     return adm
+
+
+@pytest.fixture
+def operator(target: Target, api: Api, pytestconfig: pytest.Config) -> Api:
+    """The operator credential on the wire every Queen broker has (no probe of this broker's /api/v1/admin
+    routes): for core contracts that need the admin grant, such as deleting a queue. Same opt-in as admin."""
+    if not pytestconfig.getoption("--queen-allow-cluster-changes"):
+        not_verified("uses the operator credential, which the run may use only with --allow-cluster-changes")
+    token = pytestconfig.getoption("--queen-admin-token")
+    if not token and api.token:
+        not_verified("needs an operator credential (--queen-admin-token)")
+    return _api(target, token, "operator")
 
 
 @pytest.fixture

@@ -1,8 +1,9 @@
 """``queen conformance``: run the conformance suite against a broker and gate on the result.
 
     queen conformance --url URL [--url URL2 ...] [--allow-cluster-changes] [--token T] [--token-b T2] [--admin-token A]
-                      [--token-produce-only P] [--token-consume-only C]
-                      [--junitxml FILE] [--report FILE] [--strict] [--contract ID ...] [pytest args]
+                      [--token-produce-only P] [--token-consume-only C] [--profile core,timers] [--require PROFILE]
+                      [--junitxml FILE] [--report FILE] [--html FILE] [--strict] [--contract ID ...] [pytest args]
+    queen conformance [--url URL] --url-reference URL_B [--reference-token T] [--reference-name NAME] ...
     queen conformance --list
 
 With no ``--url`` the runner starts a broker of its own (``queen serve`` through
@@ -11,9 +12,19 @@ With no ``--url`` the runner starts a broker of its own (``queen serve`` through
 fault-injection hooks on and short sweeper timings; it mints the tokens for two tenants, an operator
 and the two single-grant credentials, and stops everything afterwards.
 
+Profiles (conformance/catalogue.py): ``--profile`` picks some of core, timers, deadlines, strict and
+extensions; the default runs all and reports per profile. Outcomes: passed, failed, NOT VERIFIED (a
+credential or an opt-in is missing, or a setup step failed: with the reason) and NOT IMPLEMENTED (the
+target does not offer a feature: reported once per feature).
+
+``--url-reference URL_B`` runs the suite twice, against the broker under test (``--url``, or a local one)
+and against a reference broker (auth off unless ``--reference-token``), and prints the compatibility
+matrix (family x broker); ``--report`` then holds both reports and the matrix, ``--html`` the same as a page.
+The gate is the broker under test's: the reference's failures are information.
+
 Exit status: 0 when no contract failed; 1 when any failed (and, with ``--strict``, when any could not be
-verified); other pytest codes for usage errors. Contracts the target cannot be checked for (no hooks,
-no admin token, no second tenant...) are reported NOT VERIFIED with the reason.
+verified; with ``--require P``, when a contract of profile P is not implemented); other pytest codes for
+usage errors.
 """
 
 from __future__ import annotations
@@ -94,13 +105,14 @@ def local_broker(workers: int = 2) -> Iterator[tuple[str, dict[str, str]]]:
 
 
 def print_catalogue(out=None) -> None:
-    from conformance.catalogue import CONTRACTS, INFORMATIVE, INFORMATIVE_LOG
+    from conformance.catalogue import CONTRACTS, INFORMATIVE, INFORMATIVE_LOG, feature_of, profile_of
     from conformance.plugin import contract_index
 
     out = out or sys.stdout
     index = contract_index()
     for c in CONTRACTS:
-        print(f"{c.id}  [{c.source}]", file=out)
+        feat = feature_of(c.id)
+        print(f"{c.id}  [{c.source}]  profile: {profile_of(c.id)}" + (f", needs: {feat}" if feat else ""), file=out)
         print(textwrap.fill(c.sentence, 100, initial_indent="    ", subsequent_indent="    "), file=out)
         for t in index.get(c.id, []) or ["(no test!)"]:
             print(f"    test: {t}", file=out)
@@ -110,6 +122,10 @@ def print_catalogue(out=None) -> None:
         families[fam] = families.get(fam, 0) + 1
     print(f"\n{len(CONTRACTS)} contracts", file=out)
     print("by family: " + ", ".join(f"{k} {v}" for k, v in families.items()), file=out)
+    profiles: dict[str, int] = {}
+    for c in CONTRACTS:
+        profiles[profile_of(c.id)] = profiles.get(profile_of(c.id), 0) + 1
+    print("by profile: " + ", ".join(f"{k} {v}" for k, v in profiles.items()), file=out)
     print("\nSentences of the timer spec (docs/timer-routes.md) without an id, and why:", file=out)
     for sentence, why in INFORMATIVE:
         print(textwrap.fill(f"- {sentence}  [{why}]", 100, subsequent_indent="  "), file=out)
@@ -148,6 +164,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also run the contracts that change operator state (suspend the cluster, pause the "
                         "sweeper, switch scheduling off, set tenant plans); without it they are NOT VERIFIED, so "
                         "a gate against a shared staging cell disturbs nobody (implied for the local broker)")
+    p.add_argument("--profile", action="append", default=[],
+                   help="run only these profiles (comma-separated, repeatable): core, timers, deadlines, strict, "
+                        "extensions; default all, reported per profile")
+    p.add_argument("--require", action="append", default=[],
+                   help="profiles whose NOT IMPLEMENTED contracts fail the gate (comma-separated, repeatable)")
+    p.add_argument("--html", help="write an HTML report (matrix, per contract) here")
+    p.add_argument("--name", help="the broker's name in the reports and the matrix (default its URL)")
+    p.add_argument("--url-reference", help="also run the suite against this reference broker and print the "
+                                           "compatibility matrix of both")
+    p.add_argument("--reference-token", help="bearer token for the reference broker (default none: auth off)")
+    p.add_argument("--reference-name", default="reference", help="the reference broker's name in the matrix")
+    p.add_argument("--reference-allow-cluster-changes", action="store_true",
+                   help="--allow-cluster-changes for the reference too (a reference nobody else uses)")
     p.add_argument("--list", action="store_true", help="print the contract catalogue with its tests and exit")
     return p
 
@@ -179,7 +208,87 @@ def pytest_args(args: argparse.Namespace, urls: list[str], tokens: dict[str, str
         argv += ["--queen-contract", cid]
     if args.fire_timeout:
         argv += ["--queen-fire-timeout", str(args.fire_timeout)]
+    for prof in args.profile:
+        argv += ["--queen-profile", prof]
+    for prof in args.require:
+        argv += ["--queen-require", prof]
+    if args.html:
+        argv += ["--queen-html", args.html]
+    if args.name:
+        argv += ["--queen-broker-name", args.name]
     return argv + extra
+
+
+_REFERENCE_OPTS = ("--url-reference", "--reference-token", "--reference-name", "--report", "--html", "--name")
+_REFERENCE_FLAGS = ("--reference-allow-cluster-changes",)
+
+
+def _strip(argv: list[str], options: tuple[str, ...], flags: tuple[str, ...] = ()) -> list[str]:
+    """argv without these options and their values (``--opt V`` and ``--opt=V``) and these flags."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a in flags:
+            continue
+        if a in options:
+            skip = True
+            continue
+        if a.split("=", 1)[0] in options:
+            continue
+        out.append(a)
+    return out
+
+
+def reference_run(args: argparse.Namespace, extra: list[str], argv: list[str]) -> int:
+    """The suite against the broker under test, then against the reference, each in its own process (as a
+    user's CI runs it); prints the compatibility matrix and writes the combined reports."""
+    import json
+    import subprocess
+
+    from conformance import report as rep
+
+    common = _strip(argv, _REFERENCE_OPTS, flags=_REFERENCE_FLAGS)
+    ours_name = args.name or (", ".join(args.url) if args.url else "queen-broker (local)")
+    with tempfile.TemporaryDirectory(prefix="queen-conformance-ref-") as tmp:
+        runs = []
+        ours_argv = [*common, "--report", f"{tmp}/ours.json", "--name", ours_name]
+        # the reference: same selection and pytest arguments, its own URL and credential, no operator opt-in
+        # unless asked for (its other tenants are not ours to disturb)
+        base = _strip(common, ("--url", "--token", "--token-b", "--admin-token", "--token-produce-only",
+                               "--token-consume-only"), flags=("--allow-cluster-changes",))
+        ref_argv = [*base, "--url", args.url_reference, "--report", f"{tmp}/ref.json", "--name", args.reference_name]
+        if args.reference_token:
+            ref_argv += ["--token", args.reference_token]
+        if args.reference_allow_cluster_changes:
+            ref_argv.append("--allow-cluster-changes")
+        codes = []
+        for label, run_argv, path in (("under test", ours_argv, f"{tmp}/ours.json"),
+                                      ("reference", ref_argv, f"{tmp}/ref.json")):
+            print(f"queen conformance: the broker {label} ...", file=sys.stderr, flush=True)
+            codes.append(subprocess.run([sys.executable, "-m", "conformance.runner", *run_argv]).returncode)
+            if Path(path).exists():
+                runs.append(json.loads(Path(path).read_text()))
+        if len(runs) != 2:
+            print("queen conformance: a run wrote no report (see its output above)", file=sys.stderr)
+            return codes[0] or 2
+        doc = rep.compare(runs)
+        print("\ncompatibility matrix (profiles):\n" + rep.text(*doc["matrix"]["profiles"]))
+        print("\ncompatibility matrix (families):\n" + rep.text(*doc["matrix"]["families"]))
+        for name, failed in doc["core_failed"].items():
+            if failed:
+                print(f"\ncore contracts failed by {name}:")
+                from conformance.catalogue import REFERENCE_DEVIATIONS
+
+                for cid in failed:
+                    d = REFERENCE_DEVIATIONS.get(cid)
+                    print(f"  {cid}" + (f"  [recorded deviation: {d.what}]" if d else ""))
+        if args.report:
+            Path(args.report).write_text(json.dumps(doc, indent=1, sort_keys=True))
+        if args.html:
+            rep.write_html(Path(args.html), runs)
+    return codes[0]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -189,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     import pytest
 
     args, extra = build_parser().parse_known_args(argv)
+    if args.url_reference:
+        return reference_run(args, extra, list(sys.argv[1:] if argv is None else argv))
     if args.list:
         try:
             print_catalogue()

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from conformance.client import expect, expect_error, parse_ts, poll, uniq
+from conformance.client import expect, expect_error, parse_ts, poll, pushed, uniq
 
 contract = pytest.mark.contract
 
@@ -24,8 +24,8 @@ def _push(api, q: str, payload, deadline_ms=None, txn=None):
 def test_expired_message_never_popped(api):
     q = uniq("q")
     dead, live = uuid.uuid4().hex, uuid.uuid4().hex
-    expect(_push(api, q, {"call": "charge"}, deadline_ms=100, txn=dead), (200, 201))
-    expect(_push(api, q, {"call": "later"}, txn=live), (200, 201))
+    pushed(_push(api, q, {"call": "charge"}, deadline_ms=100, txn=dead))
+    pushed(_push(api, q, {"call": "later"}, txn=live))
     time.sleep(0.3)
     msgs = api.drain(q)
     assert [m["transactionId"] for m in msgs] == [live], f"an expired message was handed out: {msgs}"
@@ -39,8 +39,8 @@ def test_expired_message_never_popped(api):
 def test_message_within_deadline_delivered(api):
     q = uniq("q")
     txn, plain = uuid.uuid4().hex, uuid.uuid4().hex
-    expect(_push(api, q, {"n": 1}, deadline_ms=60_000, txn=txn), (200, 201))
-    expect(_push(api, q, {"n": 2}, txn=plain), (200, 201))
+    pushed(_push(api, q, {"n": 1}, deadline_ms=60_000, txn=txn))
+    pushed(_push(api, q, {"n": 2}, txn=plain))
     msgs = api.drain(q)
     assert [m["transactionId"] for m in msgs] == [txn, plain], msgs
     assert [m["data"] for m in msgs] == [{"n": 1}, {"n": 2}]
@@ -56,8 +56,8 @@ def _ms(text) -> int:
 def test_popped_message_carries_the_deadline_fixed_at_push(api):
     q = uniq("q")
     timed, plain, in_tx = uuid.uuid4().hex, uuid.uuid4().hex, uuid.uuid4().hex
-    expect(_push(api, q, {"n": 1}, deadline_ms=45_000, txn=timed), (200, 201))
-    expect(_push(api, q, {"n": 2}, txn=plain), (200, 201))
+    pushed(_push(api, q, {"n": 1}, deadline_ms=45_000, txn=timed))
+    pushed(_push(api, q, {"n": 2}, txn=plain))
     tx = {"operations": [{"type": "push", "items": [{"queue": q, "partition": "Default", "payload": {"n": 3},
                                                      "transactionId": in_tx, "deadlineMs": 30_000}]}]}
     assert expect(api.http.post("/api/v1/transaction", json=tx), 200).get("success") is True

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from conformance.client import expect, expect_error, parse_ts, uniq
+from conformance.client import OK, expect, expect_error, parse_ts, uniq
 from conformance.test_limits import rung, until_status
 
 contract = pytest.mark.contract
@@ -143,7 +143,7 @@ def test_deadline_bounds(api):
     week = 7 * 86_400_000
     for ok in (1, week):
         t = uuid.uuid4().hex
-        assert expect(api.push_items([_item(q, ok, t, deadlineMs=ok)]), 201)[0]["status"] == "queued", ok
+        assert expect(api.push_items([_item(q, ok, t, deadlineMs=ok)]), OK)[0]["status"] == "queued", ok
     for bad in (0, week + 1):
         t = uuid.uuid4().hex
         expect_error(api.push_items([_item(q, bad, t, deadlineMs=bad)]), 400)

@@ -1,23 +1,34 @@
-"""The envelope and status-code rules: every refusal is {error, reason, detail}; no 500."""
+"""The envelope and status-code rules. Core: a refusal carries an error body the client reads ({error},
+reason/code optional); no 500. Strict (this broker's choices): every refusal is {error, reason, detail},
+exact statuses for the wrong content type and the oversized body, and error no_such_route."""
 
 from __future__ import annotations
 
 import pytest
 
-from conformance.client import assert_envelope, body, uniq
+from conformance.client import assert_envelope, assert_error_body, body, uniq
 from conformance.plugin import cluster_wide
 
 contract = pytest.mark.contract
 
 JSON_ROUTES = ("/api/v1/timers", "/api/v1/kv", "/api/v1/push", "/api/v1/transaction")
+CORE_JSON_ROUTES = ("/api/v1/push", "/api/v1/transaction", "/api/v1/ack", "/api/v1/configure")
 
 
 def _auth(api) -> dict[str, str]:
     return {"Authorization": f"Bearer {api.token}"} if api.token else {}
 
 
-@contract("ENV-MALFORMED-JSON", "ENV-SHAPE")
+@contract("ENV-MALFORMED-JSON", "ENV-ERROR-BODY")
 def test_malformed_json(api):
+    for path in CORE_JSON_ROUTES:
+        resp = api.http.post(path, content=b'{"operations": [', headers={"Content-Type": "application/json"})
+        assert resp.status_code == 400, f"{path}: malformed JSON is 400, got {resp.status_code}"
+        assert_error_body(resp)
+
+
+@contract("ENV-SHAPE")
+def test_malformed_json_envelope(api):
     for path in JSON_ROUTES:
         resp = api.http.post(path, content=b'{"operations": [', headers={"Content-Type": "application/json"})
         assert resp.status_code == 400, f"{path}: malformed JSON is 400, got {resp.status_code}"
@@ -51,21 +62,35 @@ def test_unknown_route(api):
         assert body(resp)["error"] == "no_such_route", body(resp)
 
 
-@contract("ENV-UNAUTHENTICATED", "ENV-SHAPE")
+@contract("ENV-UNAUTHENTICATED", "ENV-ERROR-BODY")
 def test_no_credential(api, target):
     if not api.token:
         from conformance.plugin import not_verified
 
         not_verified("the target runs without authentication (no --queen-token given)")
     raw = target.raw()
+    for method, path in (("POST", "/api/v1/push"), ("GET", "/api/v1/pop/queue/q"), ("POST", "/api/v1/ack"),
+                         ("POST", "/api/v1/transaction")):
+        resp = raw.request(method, path, json={"items": []} if method == "POST" else None)
+        assert resp.status_code == 401, f"{method} {path} without a credential: expected 401, got {resp.status_code}"
+        assert_error_body(resp)
+    resp = raw.get("/api/v1/pop/queue/q", headers={"Authorization": "Bearer not.a.token"})
+    assert resp.status_code == 401
+    assert_error_body(resp)
+
+
+@contract("ENV-SHAPE")
+def test_no_credential_envelope(api, target):
+    if not api.token:
+        from conformance.plugin import not_verified
+
+        not_verified("the target runs without authentication (no --queen-token given)")
+    raw = target.raw()
     for method, path in (("POST", "/api/v1/timers"), ("GET", "/api/v1/timers/q/k"), ("DELETE", "/api/v1/timers/q/k"),
-                         ("POST", "/api/v1/kv")):
+                         ("POST", "/api/v1/kv"), ("POST", "/api/v1/push")):
         resp = raw.request(method, path, json={"operations": []} if method == "POST" else None)
         assert resp.status_code == 401, f"{method} {path} without a credential: expected 401, got {resp.status_code}"
         assert_envelope(resp)
-    resp = raw.get("/api/v1/timers/q/k", headers={"Authorization": "Bearer not.a.token"})
-    assert resp.status_code == 401
-    assert_envelope(resp)
 
 
 def garbage(ns: str) -> list[tuple[str, str, object]]:
@@ -167,6 +192,23 @@ def test_no_500_on_garbage(api, target):
     assert not bad, "garbage answered with a 5xx:\n" + "\n".join(bad)
 
 
+CORE_PREFIXES = ("/api/v1/push", "/api/v1/pop", "/api/v1/ack", "/api/v1/transaction", "/api/v1/configure",
+                 "/api/v1/lease", "/api/v1/dlq")
+
+
+@contract("ENV-ERROR-BODY")
+def test_garbage_refused_with_an_error_body(api, target):
+    bad = []
+    for m, p, b, r in _send_garbage(api, target):
+        # (404/405: a route the broker does not have is ENV-NO-SUCH-ROUTE's business, a strict contract)
+        if 400 <= r.status_code < 500 and r.status_code not in (404, 405) and r.content and p.startswith(CORE_PREFIXES):
+            try:
+                assert_error_body(r)
+            except AssertionError as exc:
+                bad.append(f"{m} {p} {str(b)[:80]}: {exc}")
+    assert not bad, "refusals the client cannot read:\n" + "\n".join(bad)
+
+
 @contract("ENV-SHAPE")
 def test_garbage_refused_in_the_envelope(api, target):
     bad = []
@@ -180,7 +222,7 @@ def test_garbage_refused_in_the_envelope(api, target):
 
 
 @cluster_wide
-@contract("ENV-NO-500")
+@contract("ENV-NO-500-OPERATOR")
 def test_no_500_on_operator_garbage(admin, target, tenant_a):
     """The operator surface follows the same rule: no 500 for anything an operator can send."""
     raw = target.raw()

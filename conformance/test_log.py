@@ -14,7 +14,17 @@ from typing import Any
 
 import pytest
 
-from conformance.client import assert_envelope, expect, expect_error, poll, uniq
+from conformance.client import (
+    OK,
+    assert_envelope,
+    configured,
+    empty_pop,
+    expect,
+    expect_error,
+    poll,
+    pushed,
+    uniq,
+)
 
 contract = pytest.mark.contract
 
@@ -24,15 +34,14 @@ INVALID_LEASE = "Invalid or expired lease"
 def _push(api, q: str, payloads: list[Any], *, partition: str = "Default", txns: list[str] | None = None) -> list[dict]:
     txns = txns or [uuid.uuid4().hex for _ in payloads]
     items = [{"queue": q, "partition": partition, "payload": p, "transactionId": t} for p, t in zip(payloads, txns, strict=True)]
-    data = expect(api.push_items(items), 201)
-    assert isinstance(data, list) and len(data) == len(items), data
+    data = pushed(api.push_items(items))
+    assert len(data) == len(items), data
     return data
 
 
-def _configure(api, q: str, **options: Any) -> dict[str, Any]:
-    data = expect(api.configure(q, **options), 200)
-    assert isinstance(data, dict), data
-    return data
+def _configure(api, q: str, **options: Any) -> Any:
+    """A configure that prepares a contract about something else (a setup step: any 2xx)."""
+    return configured(api.configure(q, **options))
 
 
 def _data(msgs: list[dict]) -> list[Any]:
@@ -48,7 +57,7 @@ def test_push_answers_an_aligned_array(api):
     txns = [uuid.uuid4().hex for _ in range(3)]
     items = [{"queue": q, "partition": "Default", "payload": {"n": i}, "transactionId": t} for i, t in enumerate(txns)]
     resp = api.push_items(items)
-    data = expect(resp, 201)
+    data = expect(resp, OK)
     assert isinstance(data, list) and len(data) == 3, data
     for i, (r, t) in enumerate(zip(data, txns, strict=True)):
         assert r.get("index") == i and r.get("transaction_id") == t, f"results[{i}] does not answer items[{i}]: {data}"
@@ -62,7 +71,16 @@ def test_push_answers_an_aligned_array(api):
 
 @contract("LOG-PUSH-EMPTY")
 def test_push_empty(api):
-    assert expect(api.push_items([]), 201) == []
+    assert expect(api.push_items([]), OK) == []
+
+
+@contract("LOG-PUSH-201")
+def test_push_answers_201(api):
+    q = uniq("q")
+    item = {"queue": q, "partition": "Default", "payload": 1, "transactionId": uuid.uuid4().hex}
+    expect(api.push_items([item]), 201)
+    expect(api.push_items([item]), 201)  # the duplicate too
+    expect(api.push_items([]), 201)
 
 
 @contract("LOG-PUSH-DEDUPE")
@@ -99,10 +117,10 @@ def test_dedupe_is_per_partition(api):
 @contract("LOG-PUSH-TXN-MINTED")
 def test_missing_transaction_id_is_minted(api):
     q = uniq("q")
-    data = expect(api.push_items([{"queue": q, "partition": "Default", "payload": {"x": 1}}]), 201)
+    data = expect(api.push_items([{"queue": q, "partition": "Default", "payload": {"x": 1}}]), OK)
     r = data[0]
     assert r["status"] == "queued" and r["transaction_id"] == r["message_id"], r
-    assert api.lookup(q, r["message_id"])["found"] is True
+    assert api.stored(q, r["message_id"])
 
 
 @contract("LOG-PUSH-ANY-JSON")
@@ -120,7 +138,7 @@ def test_unknown_item_field_refuses_the_request(api):
     items = [{"queue": q, "partition": "Default", "payload": 1, "transactionId": good},
              {"queue": q, "partition": "Default", "payload": 2, "transactionId": bad, "priorityBoost": 7}]
     expect_error(api.push_items(items), 400)
-    assert api.lookup(q, good)["found"] is False, "the valid item of a refused request was written"
+    assert not api.stored(q, good), "the valid item of a refused request was written"
 
 
 @contract("LOG-PRODUCERSUB-STAMPED")
@@ -143,10 +161,21 @@ def test_payload_over_plan_refuses_whole_request(api, plan):
     items = [{"queue": q, "partition": "Default", "payload": "s", "transactionId": small},
              {"queue": q, "partition": "Default", "payload": "x" * plan["maxPayloadBytes"], "transactionId": big}]
     expect_error(api.push_items(items), 413, reason="payload_too_large")
-    assert api.lookup(q, small)["found"] is False and api.lookup(q, big)["found"] is False
+    assert not api.stored(q, small) and not api.stored(q, big)
 
 
 # ------------------------------------------------------------------------------------------ pop
+
+
+@contract("LOG-POP-EMPTY")
+def test_empty_pop_is_empty(api):
+    q = uniq("q")
+    _push(api, q, [1])
+    api.drain(q)
+    resp = api.pop_raw(q, wait=False, batch=10)
+    assert resp.status_code in (200, 204) and empty_pop(resp), (resp.status_code, resp.text[:200])
+    resp = api.pop_raw(uniq("never"), wait=False)
+    assert resp.status_code in (200, 204) and empty_pop(resp), f"a queue that does not exist is empty: {resp.text[:200]}"
 
 
 @contract("LOG-POP-204")
@@ -158,6 +187,9 @@ def test_empty_pop_is_204(api):
     assert resp.status_code == 204 and resp.content == b"", (resp.status_code, resp.text[:200])
     resp = api.pop_raw(uniq("never"), wait=False)
     assert resp.status_code == 204, "a queue that does not exist is empty"
+    out: dict[str, Any] = {}
+    _pop_in_thread(api, uniq("q"), 300, out).join(20)
+    assert out.get("status") == 204, f"a long poll that times out answers 204: {out}"
 
 
 @contract("LOG-POP-SHAPE")
@@ -200,10 +232,10 @@ def test_one_lease_per_partition_and_group(api):
     _push(api, q, [1, 2, 3])
     first = api.pop_leased(q, group="g", batch=1)
     assert first is not None and _data(first["messages"]) == [1]
-    assert api.pop_leased(q, group="g", batch=10) is None, "a leased partition was handed to a second consumer"
+    assert api.pop_leased(q, group="g", batch=10, wait=False) is None, "a leased partition was handed to a second consumer"
     other = api.pop_leased(q, group="h", batch=10)
     assert other is not None and _data(other["messages"]) == [1, 2, 3], "another group is not held by g's lease"
-    assert api.ack(first["messages"][0])["success"] is True
+    assert api.ack(first["messages"][0], group="g")["success"] is True  # the client acks with the pop's group
     nxt = api.pop_leased(q, group="g", batch=10)
     assert nxt is not None and _data(nxt["messages"]) == [2, 3], "the partition moves on once its lease is settled"
 
@@ -221,7 +253,7 @@ def test_queue_mode_competing_consumers(api):
     for m in two["messages"]:
         api.ack(m)
     assert _data(one["messages"]) + _data(two["messages"]) == [1, 2], "a message reached two queue-mode consumers"
-    assert api.pop_leased(q, batch=10) is None
+    assert api.pop_leased(q, batch=10, wait=False) is None
 
 
 @contract("LOG-POP-GROUPS-SEE-ALL")
@@ -260,6 +292,7 @@ def _pop_in_thread(api, q: str, timeout_ms: int, out: dict[str, Any]) -> threadi
         resp = api.pop_raw(q, batch=10, wait=True, timeout=timeout_ms, autoAck=True, timeout_s=30 + timeout_ms / 1000)
         out["elapsed"] = time.monotonic() - t0
         out["status"] = resp.status_code
+        out["empty"] = empty_pop(resp)
         out["messages"] = (resp.json().get("messages") if resp.status_code == 200 else [])
 
     th = threading.Thread(target=run, daemon=True)
@@ -287,7 +320,7 @@ def test_long_poll_times_out(api):
     q = uniq("q")
     out: dict[str, Any] = {}
     _pop_in_thread(api, q, 700, out).join(20)
-    assert out.get("status") == 204, out
+    assert out.get("status") in (200, 204) and out.get("empty"), out
     assert out["elapsed"] >= 0.65, f"answered after {out['elapsed']:.3f}s, before its 700 ms timeout"
 
 
@@ -297,7 +330,7 @@ def test_auto_ack(api):
     _push(api, q, [1])
     data = expect(api.pop_raw(q, batch=10, wait=False, autoAck=True), 200)
     assert data.get("leaseId") == "" and _data(data["messages"]) == [1], data
-    assert api.pop_leased(q, batch=10) is None, "an auto-acked message was delivered again"
+    assert api.pop_leased(q, batch=10, wait=False) is None, "an auto-acked message was delivered again"
 
 
 @contract("LOG-POP-SUB-NEW")
@@ -305,7 +338,7 @@ def test_subscription_new(api):
     q = uniq("q")
     _push(api, q, ["old"])
     for g, params in (("new-mode", {"subscriptionMode": "new"}), ("from-now", {"subscriptionFrom": "now"})):
-        assert api.pop_leased(q, group=g, **params) is None, f"{params}: the group's first pop saw history"
+        assert api.pop_leased(q, group=g, **params, wait=False) is None, f"{params}: the group's first pop saw history"
     _push(api, q, ["fresh"])
     for g in ("new-mode", "from-now"):
         data = api.pop_leased(q, group=g)
@@ -330,7 +363,7 @@ def test_pop_one_partition(api):
     data = expect(api.pop_raw(q, partition="pb", batch=10, wait=False, autoAck=True), 200)
     assert _data(data["messages"]) == ["b1"] and data.get("partition") == "pb", data
     resp = api.pop_raw(q, partition="pb", batch=10, wait=False, autoAck=True)
-    assert resp.status_code == 204
+    assert empty_pop(resp), resp.text[:200]
     data = expect(api.pop_raw(q, partition="pa", batch=10, wait=False, autoAck=True), 200)
     assert _data(data["messages"]) == ["a1", "a2"], data
 
@@ -361,7 +394,7 @@ def test_ack_batch_per_item(api):
         assert "dlq" in r, r
     # m2 is still under the live lease: settle it, then nothing is left
     assert api.ack(m2)["success"] is True
-    assert api.pop_leased(q, batch=10) is None, "a completed message was delivered again"
+    assert api.pop_leased(q, batch=10, wait=False) is None, "a completed message was delivered again"
 
 
 @contract("LOG-ACK-WRONG-LEASE", "LOG-LEASE-EXPIRY")
@@ -448,11 +481,12 @@ def test_ack_dlq_files_a_dead_letter(api):
     assert [x.get("transactionId") for x in rows] == [m["transactionId"]], rows
     assert "cannot parse" in str(rows[0].get("errorMessage") or rows[0].get("error")), rows[0]
     page = expect(api.http.get("/api/v1/dlq", params={"queue": q, "consumerGroup": "g"}), 200)
-    for k in ("messages", "total", "limit", "offset"):
-        assert k in page, page
-    assert page["total"] == 1 and len(page["messages"]) == 1
+    # the client reads messages, and total with a default of 0 (queen/builders/dlq_builder.py): a total,
+    # when there is one, must be right
+    assert isinstance(page.get("messages"), list) and len(page["messages"]) == 1, page
+    assert page.get("total", 1) == 1, page
     other = expect(api.http.get("/api/v1/dlq", params={"queue": q, "consumerGroup": "not-g"}), 200)
-    assert other["messages"] == [] and other["total"] == 0, other
+    assert other["messages"] == [] and other.get("total", 0) == 0, other
     rest = api.pop_leased(q, group="g")
     assert rest is not None and _data(rest["messages"]) == ["fine"], rest
 
@@ -471,16 +505,32 @@ def _nack_until_gone(api, q: str, group: str, error: str) -> int:
         assert api.ack(m, status="failed", group=group, error=error)["success"] is True
 
 
-@contract("LOG-RETRY-LIMIT-DLQ", "LOG-DLQ-REPLAY", "LOG-DLQ-REPLAY-IDEMPOTENT")
-def test_retry_limit_then_dlq_then_replay(api):
+def _exhausted(api) -> tuple[str, str, list[dict]]:
+    """A message nacked past retryLimit 2: (queue, txn, its DLQ rows)."""
     q = uniq("q")
     _configure(api, q, retryLimit=2)
     t = uuid.uuid4().hex
     _push(api, q, [{"order": 7}], txns=[t])
     assert _nack_until_gone(api, q, "g", "downstream 502") == 3, "retryLimit 2 means three deliveries"
     rows = poll(lambda: api.dlq(q), timeout=5, what="the exhausted message in the DLQ")
+    return q, t, rows
+
+
+@contract("LOG-RETRY-LIMIT-DLQ")
+def test_retry_limit_then_dlq(api):
+    q, t, rows = _exhausted(api)
     assert len(rows) == 1 and rows[0].get("transactionId") == t, rows
     assert "downstream 502" in str(rows[0].get("errorMessage") or rows[0].get("error")), rows[0]
+    assert api.pop_leased(q, group="g", wait=False) is None, "an exhausted message was delivered again"
+
+
+@contract("LOG-DLQ-REPLAY", "LOG-DLQ-REPLAY-IDEMPOTENT")
+def test_dlq_replay(api):
+    q, t, rows = _exhausted(api)
+    if len(rows) != 1 or rows[0].get("transactionId") != t:
+        from conformance.client import not_verified
+
+        not_verified(f"setup step failed (a message exhausted into the DLQ): {rows}")
     dlq_id = rows[0].get("id")
     assert dlq_id, rows[0]
     rep = expect(api.http.post(f"/api/v1/dlq/{dlq_id}/replay"), 200)
@@ -512,27 +562,46 @@ def test_no_dlq_drops(api):
     assert api.dlq(q) == []
 
 
-@contract("LOG-LEASE-EXTEND", "EDGE-LEASE-EXTEND-S")
-def test_lease_extend(api, pytestconfig):
-    extend_s = float(pytestconfig.getoption("--queen-lease-extend-s"))
+def _extended(api) -> tuple[dict, dict, dict, float]:
+    """A 1 s lease extended once: (the pop answer, its message, the extend answer, when it was sent); the
+    pop answer carries the queue's name as "queue"."""
     q = uniq("q")
     _configure(api, q, leaseTime=1)
     _push(api, q, ["m"])
     data = api.pop_leased(q, group="g")
-    m = data["messages"][0]
+    if data is None:
+        from conformance.client import not_verified
+
+        not_verified("setup step failed (pop): the pushed message was not handed out")
     t0 = time.time()
-    resp = api.http.post(f"/api/v1/lease/{data['leaseId']}/extend")
-    ext = expect(resp, 200)
+    ext = expect(api.http.post(f"/api/v1/lease/{data['leaseId']}/extend"), 200)
     ext = ext[0] if isinstance(ext, list) else ext
+    return {**data, "queue": q}, data["messages"][0], ext, t0
+
+
+@contract("EDGE-LEASE-EXTEND-S")
+def test_lease_extend_span(api, pytestconfig):
+    from conformance.client import parse_ts
+
+    extend_s = float(pytestconfig.getoption("--queen-lease-extend-s"))
+    data, m, ext, t0 = _extended(api)
+    until = parse_ts(ext["newExpiresAt"])
+    assert until <= time.time() + extend_s + 5.0, f"extended to {until - t0:.1f}s from now, far more than {extend_s}s"
+    assert api.ack(m, group="g")["success"] is True
+
+
+@contract("LOG-LEASE-EXTEND")
+def test_lease_extend(api, pytestconfig):
+    extend_s = float(pytestconfig.getoption("--queen-lease-extend-s"))
+    data, m, ext, t0 = _extended(api)
     assert ext.get("success") is True and ext.get("leaseId") == data["leaseId"], ext
     assert isinstance(ext.get("renewed"), int) and ext["renewed"] >= 1, ext
     from conformance.client import parse_ts
 
     until = parse_ts(ext["newExpiresAt"])
     assert until >= t0 + extend_s - 1.0, f"extended to {until - t0:.1f}s from now, less than {extend_s}s"
-    assert until <= time.time() + extend_s + 5.0, f"extended to {until - t0:.1f}s from now, far more than {extend_s}s"
     time.sleep(1.5)  # past the 1 s leaseTime: the extended lease still holds
-    assert api.pop_leased(q, group="g") is None, "the partition was handed out again under an extended lease"
+    assert api.pop_leased(data["queue"], group="g", wait=False) is None, "the partition was handed out again under an extended lease"
     assert api.ack(m, group="g")["success"] is True
 
 
@@ -573,8 +642,8 @@ def test_message_get(api):
 @contract("LOG-CONFIGURE")
 def test_configure(api):
     q = uniq("q")
-    data = _configure(api, q, leaseTime=30, retryLimit=5)
-    assert data.get("configured") is True and data.get("queue") == q, data
+    data = expect(api.configure(q, leaseTime=30, retryLimit=5), 200)
+    assert isinstance(data, dict) and data.get("configured") is True and data.get("queue") == q, data
     assert data["options"].get("leaseTime") == 30 and data["options"].get("retryLimit") == 5, data
     resp = api.configure(uniq("q"), leaseTime=30, visibilityBoost=2)
     err = expect_error(resp, 400, reason="unknown_option")
@@ -591,7 +660,7 @@ def test_log_tenant_isolation(api, api_b):
     _push(api, q, ["secret"], txns=[t])
     data = api.pop_leased(q, group="g", batch=1)
     m = data["messages"][0]
-    assert api_b.pop_raw(q, wait=False, batch=10).status_code == 204, "tenant B popped tenant A's queue"
+    assert empty_pop(api_b.pop_raw(q, wait=False, batch=10)), "tenant B popped tenant A's queue"
     assert api_b.lookup(q, t)["found"] is False
     r = api_b.ack(m, group="g")
     assert r["success"] is False, f"tenant B acked tenant A's message: {r}"
@@ -610,10 +679,10 @@ def test_retention(api, target):
     t, k = uuid.uuid4().hex, uuid.uuid4().hex
     _push(api, q, ["old"], txns=[t])
     _push(api, keep, ["kept"], txns=[k])
-    assert api.lookup(q, t)["found"] is True
-    poll(lambda: not api.lookup(q, t)["found"], timeout=target.fire_timeout, what="the message gone after retentionSeconds")
-    assert api.pop_raw(q, wait=False).status_code == 204
-    assert api.lookup(keep, k)["found"] is True, "a queue without retention lost a message"
+    # (that it was stored is the push's "queued"; asking again here would race the 1 s retention on a busy host)
+    poll(lambda: not api.stored(q, t), timeout=target.fire_timeout, what="the message gone after retentionSeconds")
+    assert empty_pop(api.pop_raw(q, wait=False))
+    assert api.stored(keep, k), "a queue without retention lost a message"
 
 
 @contract("LOG-COMPLETED-RETENTION")
@@ -624,8 +693,8 @@ def test_completed_retention(api, target):
     _push(api, q, ["done", "pending"], txns=[t1, t2])
     data = expect(api.pop_raw(q, batch=1, wait=False, autoAck=True), 200)
     assert _data(data["messages"]) == ["done"]
-    poll(lambda: not api.lookup(q, t1)["found"], timeout=target.fire_timeout, what="the completed message deleted")
-    assert api.lookup(q, t2)["found"] is True, "a message nobody has done was deleted"
+    poll(lambda: not api.stored(q, t1), timeout=target.fire_timeout, what="the completed message deleted")
+    assert api.stored(q, t2), "a message nobody has done was deleted"
 
 
 @contract("LOG-ENCRYPTION-TRANSPARENT")
@@ -638,10 +707,8 @@ def test_encryption_invisible_on_the_wire(api):
     expect(resp, 200)
     t = uuid.uuid4().hex
     payload = {"card": "4111", "n": [1, 2, 3], "s": "\u00e9"}
-    pushed = _push(api, q, [payload], txns=[t])[0]
-    got = expect(api.http.get(f"/api/v1/messages/{pushed['partition_id']}/{t}"), 200)
-    assert got.get("data") == payload, got
-    assert api.lookup(q, t)["found"] is True
+    _push(api, q, [payload], txns=[t])
+    assert api.stored(q, t)
     msgs = api.drain(q)
     assert _data(msgs) == [payload], msgs
 
@@ -666,7 +733,7 @@ def test_transaction_push_and_ack(api):
     assert res.get("success") is True, res
     assert len(res["results"]) == 3, f"results are flat: two pushed items and one ack: {res}"
     assert [r.get("transactionId") for r in res["results"][:2]] == [t1, t2], res
-    assert api.pop_leased(src, group="g") is None, "the ack of the transaction did not apply"
+    assert api.pop_leased(src, group="g", wait=False) is None, "the ack of the transaction did not apply"
     assert _data(api.drain(dst)) == ["o1", "o2"]
 
 
@@ -685,10 +752,12 @@ def test_refused_transaction_applies_nothing(api):
          "consumerGroup": "g", "leaseId": str(uuid.uuid4())},
     ]}
     res = expect(api.http.post("/api/v1/transaction", json=body), 200)
-    assert res.get("success") is False and res.get("reason") in ("ack_refused", "lease_invalid"), res
-    assert isinstance(res.get("error"), str) and res.get("results") == [], res
+    # what the client reads (docs/protocol.md §2.6): success false with an error; reason, failedIndex and an
+    # empty results list are this broker's extra detail, checked only where given
+    assert res.get("success") is False and isinstance(res.get("error"), str) and res["error"], res
+    assert res.get("reason") in ("ack_refused", "lease_invalid", None), res
     assert res.get("failedIndex") in (2, None), res
-    assert api.lookup(dst, t)["found"] is False, "the push of a refused bundle was applied"
+    assert not api.stored(dst, t), "the push of a refused bundle was applied"
     # the first ack was not applied either: both messages are still under the live lease
     assert api.ack(a, group="g")["success"] is True and api.ack(b, group="g")["success"] is True
 
@@ -700,4 +769,4 @@ def test_malformed_transaction(api):
                  {"operations": [{"type": "push", "items": [{"queue": q, "payload": 1, "transactionId": t}]},
                                  {"type": "push", "items": "nope"}]}):
         expect_error(api.http.post("/api/v1/transaction", json=body), 400)
-    assert api.lookup(q, t)["found"] is False
+    assert not api.stored(q, t)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from conformance.client import expect, expect_error, uniq
+from conformance.client import configured, expect, expect_error, pushed, uniq
 
 contract = pytest.mark.contract
 
@@ -43,7 +43,7 @@ def _state(api, query_id: str, partition_id: str, **extra: Any) -> dict:
 
 def _batch(api, q: str, n: int, group: str = "g") -> dict:
     """``n`` messages ({"i": i}) pushed to one partition and popped under one lease of ``group``."""
-    expect(api.push(q, [{"i": i} for i in range(n)], partition="p"), (200, 201))
+    pushed(api.push(q, [{"i": i} for i in range(n)], partition="p"))
     data = api.pop_leased(q, group=group, batch=n)
     assert data and len(data["messages"]) == n and data.get("leaseId"), data
     return data
@@ -93,7 +93,7 @@ def test_a_cycle_commits_state_sink_and_ack_together(api):
     assert out.get("success") is True, out
     assert _state(api, qid, pid) == {"n": {"count": 3}}
     assert [m["data"] for m in api.drain(sink)] == [{"out": 1}]
-    assert api.pop_leased(src, group="g") is None  # the batch is done for the group
+    assert api.pop_leased(src, group="g", wait=False) is None  # the batch is done for the group
 
 
 @contract("STR-CYCLE-ALL-OR-NOTHING")
@@ -105,7 +105,7 @@ def test_a_cycle_refused_by_its_ack_applies_nothing(api):
     assert out.get("success") is False and out.get("reason") == "lease_invalid", out
     assert _state(api, qid, pid) == {}
     assert api.drain(sink) == []
-    assert api.pop_leased(src, group="g") is None  # still leased to the real lease, which still acks it
+    assert api.pop_leased(src, group="g", wait=False) is None  # still leased to the real lease, which still acks it
     assert _cycle(api, qid, pid, ack=_ack(batch)).get("success") is True
 
 
@@ -125,7 +125,7 @@ def test_a_resent_cycle_is_applied_once(api):
 @contract("STR-CYCLE-PARTIAL-ACK")
 def test_a_partial_ack_releases_or_holds_the_tail(api):
     src = uniq("src")
-    expect(api.configure(src, leaseTime=1, retryLimit=0), (200, 201))
+    configured(api.configure(src, leaseTime=1, retryLimit=0))
     qid = _query(api, src)
     batch = _batch(api, src, 3)
     pid = batch["partitionId"]
@@ -133,7 +133,7 @@ def test_a_partial_ack_releases_or_holds_the_tail(api):
     tail = api.pop_leased(src, group="g")
     assert tail and [m["data"] for m in tail["messages"]] == [{"i": 1}, {"i": 2}], tail
     assert _cycle(api, qid, pid, ack=_ack(tail, 1), release_lease=False).get("success") is True
-    assert api.pop_leased(src, group="g") is None  # held until the lease ends
+    assert api.pop_leased(src, group="g", wait=False) is None  # held until the lease ends
     deadline = time.monotonic() + 10
     back = None
     while back is None and time.monotonic() < deadline:

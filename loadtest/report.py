@@ -406,8 +406,15 @@ def _verdict(kind: str, s: dict[str, Any]) -> str:
         rows = [[n, v.get("requests"), v.get("timers"), v.get("timers_per_s"), v.get("p50_ms"), v.get("p99_ms")] for n, v in sch.items()]
         return f'<div class="verdict {cls}" id="verdict">{text}</div>' + html_table(
             ["ops per call", "calls", "timers", "timers/s", "p50 ms", "p99 ms"], rows)
+    kept_up = s.get("consumers_kept_up", True)
     text = (f"Pushed <b>{s.get('push_msgs_per_s', 0):g}</b> msg/s, popped {s.get('pop_msgs_per_s', 0):g}, "
-            f"acked {s.get('ack_msgs_per_s', 0):g}; {failed} failed requests.")
+            f"acked {s.get('ack_msgs_per_s', 0):g}; {failed} failed requests. ")
+    if kept_up:
+        text += f"Consumers kept up ({s.get('acked', 0)} of {s.get('pushed', 0)} pushed messages acknowledged)."
+    else:
+        text += (f"<b>Consumers did not keep up</b>: {s.get('acked', 0)} of {s.get('pushed', 0)} pushed messages "
+                 f"acknowledged; the backlog grew by <b>{s.get('backlog_growth', 0)}</b> messages.")
+        cls = "bad"
     return f'<div class="verdict {cls}" id="verdict">{text}</div>'
 
 

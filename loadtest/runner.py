@@ -48,6 +48,30 @@ SCENARIOS = (*LOCUST_SCENARIOS, "outage_deadlines", "capacity", "recurring", "fa
 DEFAULT_CAPACITY_RATES = (100, 250, 500, 750, 1000, 1500, 2000, 3000, 4000, 6000)
 
 
+# What each scenario cannot run without (push_pop needs only the core wire).
+NEEDS: dict[str, tuple[str, ...]] = {"timers_lag": ("timers",), "timers_schedule": ("timers",), "capacity": ("timers",),
+                                     "outage_deadlines": ("deadlines",), "push_pop": (), "recurring": ("timers",),
+                                     "failover": ("timers",)}
+
+
+def missing_features(scenario: str, url: str) -> dict[str, str]:
+    """{feature: evidence} of the features (timers, deadlines) the broker at ``url`` does not offer, by the
+    conformance suite's own probes (conformance/features.py): a broker without timers is told apart from a
+    slow one before any load is sent."""
+    import httpx
+
+    from conformance.features import probe
+
+    wanted = ("timers", "deadlines") if scenario == "outage_deadlines" else ("timers",)
+    out = {}
+    with httpx.Client(base_url=url, timeout=10.0) as http:
+        for feature in wanted:
+            got = probe(feature, http)
+            if got.missing:
+                out[feature] = got.evidence
+    return out
+
+
 def machine(load_start: tuple[float, float, float] | None = None) -> dict[str, Any]:
     """CPU count and 1-minute load average (at start and now): the context of every number on a shared box."""
     now = os.getloadavg()
@@ -268,6 +292,7 @@ def write_locust_report(scenario: str, out: Path, args: argparse.Namespace, url:
         summary["push_msgs_per_s"] = round((push.get("rps") or 0) * (push.get("avg_size") or 0), 1)
         summary["pop_msgs_per_s"] = round((pop.get("rps") or 0) * (pop.get("avg_size") or 0), 1)
         summary["ack_msgs_per_s"] = round((ack.get("rps") or 0) * (ack.get("avg_size") or 0), 1)
+        summary.update(backlog_verdict(push, ack, args.duration))
         plots.append(report.plot_rates(out, [
             ("pushed msgs/s", report.items_rate_series(history, "POST", push.get("name", ""))),
             ("popped msgs/s", report.items_rate_series(history, "GET", "GET /api/v1/pop")),
@@ -287,12 +312,38 @@ def write_locust_report(scenario: str, out: Path, args: argparse.Namespace, url:
     elif scenario == "push_pop":
         print(f"\npush {summary['push_msgs_per_s']:g} msg/s, pop {summary['pop_msgs_per_s']:g} msg/s, "
               f"ack {summary['ack_msgs_per_s']:g} msg/s")
+        print(backlog_line(summary))
     if summary["failures"]:
         print("\nfailures:")
         for f in summary["failures"][:10]:
             print(f"  {f['occurrences']:>6} x {f['method']} {f['name']}: {f['error'][:160]}")
     print(f"\nwritten: {out}/ (report.html, CSV, summary.json, {', '.join(Path(p).name for p in summary['plots']) or 'no plots'})")
     return summary
+
+
+# Consumers kept up when they acknowledged at least this share of what was pushed during the run: the rest
+# is the backlog the run left behind (messages in flight at the end, under a lease or in a pop, are a
+# few batches, far below 5 % of any run long enough to measure).
+KEPT_UP_SHARE = 0.95
+
+
+def backlog_verdict(push: dict[str, Any], ack: dict[str, Any], duration: float) -> dict[str, Any]:
+    """push_pop's verdict: did the consumers keep up? (pushed, acked, backlog growth in messages and msg/s).
+    A run with no failed request can still leave a growing backlog: that is a broker (or a consumer) that
+    cannot take what is pushed, and the verdict says so."""
+    pushed = int(push.get("items") or 0)
+    acked = int(ack.get("items") or 0)
+    growth = max(0, pushed - acked)
+    return {"pushed": pushed, "acked": acked, "backlog_growth": growth,
+            "backlog_growth_per_s": round(growth / duration, 1) if duration else None,
+            "consumers_kept_up": pushed == 0 or acked >= KEPT_UP_SHARE * pushed}
+
+
+def backlog_line(s: dict[str, Any]) -> str:
+    if s["consumers_kept_up"]:
+        return f"consumers kept up: {s['acked']} of {s['pushed']} pushed messages acknowledged"
+    return (f"CONSUMERS DID NOT KEEP UP: {s['acked']} of {s['pushed']} pushed messages acknowledged, the backlog "
+            f"grew by {s['backlog_growth']} messages")
 
 
 def _capacity_step(args: argparse.Namespace, url: str, out: Path, rate: float, attempt: int) -> dict[str, Any]:
@@ -504,6 +555,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.scenario == "recurring" and not args.url:
         env = {"QUEEN_JWT_SECRET": args.jwt_secret}
     with target(args.url, args.broker_workers, out, env) as url:
+        missing = missing_features(args.scenario, url)
+        for feature, evidence in missing.items():
+            # one line, then what can run: a scenario that is nothing but this feature cannot
+            print(f"loadtest: the broker at {url} offers no {feature} ({evidence}): "
+                  + (f"{args.scenario} cannot run" if feature in NEEDS.get(args.scenario, ())
+                     else f"{args.scenario} does not need them, running it"),
+                  flush=True)
+        if any(f in NEEDS.get(args.scenario, ()) for f in missing):
+            return 2
         if args.scenario == "recurring":
             result = run_recurring(args, url, out)
             return 0 if result["missed"] == 0 and result["doubles"] == 0 else 1
