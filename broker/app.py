@@ -30,6 +30,7 @@ from broker.config import Settings
 from broker.context import BROKER, PRINCIPAL_KEY, Broker
 from broker.http import ROUTE_MODULES
 from broker.http.health import WAITING_FOR_PRIMARY
+from broker.http.wire import refuse_repeated_query
 from broker.log.parse import ACK_STATUSES
 from broker.metrics import HTTP_LATENCY, HTTP_REQUESTS
 from broker.store import migrate
@@ -123,6 +124,7 @@ async def boot_auth_middleware(request: web.Request, handler: Callable[[web.Requ
         if b.draining:
             raise errors.Unavailable("draining", "this worker is shutting down; retry", code="unavailable")
         request[PRINCIPAL_KEY] = b.verifier.principal(request.headers.get("Authorization"))
+        refuse_repeated_query(request)
         with limits.admission_scope():  # the request's admissions are in flight until it ends
             return await handler(request)
     return await handler(request)

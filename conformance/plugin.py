@@ -42,6 +42,7 @@ from conformance.catalogue import (
     profile_of,
 )
 from conformance.client import Api, NotImplementedFeature, NotVerified, Target, not_verified
+from conformance.outcomes import LABELS, STATUSES, cell
 
 REPORT_KEY = pytest.StashKey[dict[str, Any]]()
 
@@ -293,9 +294,6 @@ class ContractResult:
     reasons: list[str] = field(default_factory=list)
 
 
-STATUSES = ("passed", "failed", "not_verified", "not_implemented")
-LABELS = {"passed": "PASSED", "failed": "FAILED", "not_verified": "NOT VERIFIED", "not_implemented": "NOT IMPLEMENTED"}
-
 
 def fold(state: dict[str, Any]) -> dict[str, ContractResult]:
     results = {c.id: ContractResult() for c in CONTRACTS}
@@ -324,16 +322,6 @@ def summarize(results: dict[str, ContractResult]) -> dict[str, Any]:
         per_family.setdefault(family_of(cid), dict.fromkeys(STATUSES, 0))[r.status] += 1
     return {"profiles": per_profile, "families": per_family}
 
-
-def cell(counts: dict[str, int]) -> str:
-    """One matrix cell: 'not implemented' when nothing of the family is offered, else the counts that are
-    not zero (passed first)."""
-    ran = {k: v for k, v in counts.items() if v}
-    if not ran:
-        return "-"
-    if set(ran) == {"not_implemented"}:
-        return "not implemented"
-    return ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in sorted(ran.items(), key=lambda kv: STATUSES.index(kv[0])))
 
 
 def build_report(config: pytest.Config) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.catalogue import BY_ID, FEATURES, PROFILES, REFERENCE_DEVIATIONS
-from conformance.plugin import LABELS, STATUSES, cell
+from conformance.outcomes import LABELS, STATUSES, cell
 
 FAMILY_NAMES = {
     "LOG": "message log", "CLI": "official client surface", "ENV": "errors and envelope", "XB": "several brokers",

@@ -76,6 +76,16 @@ def test_bad_query_parameter(http):
     envelope(r, 400, "bad_request", "bad_query")
 
 
+def test_a_query_parameter_given_twice_is_refused(http):
+    """``?batch=1&batch=500`` names two values for one parameter: refused whole, never one picked."""
+    for path in ("/api/v1/pop/queue/q-twice", "/api/v1/ephemeral/pop?queue=q-twice"):
+        sep = "&" if "?" in path else "?"
+        r = http.get(f"{path}{sep}batch=&batch=5&wait=false")
+        assert "batch is given 2 times" in envelope(r, 400, "bad_request", "bad_query")["detail"]
+    r = http.get("/api/v1/pop/queue/q-twice?batch=5&wait=false")  # one value: served as before
+    assert r.status_code in (200, 204), r.text
+
+
 def test_double_slash_paths_are_routed(http, broker):
     # The official client joins base_url + path as strings: "http://h:6632/" + "/api/v1/..."
     for path in ("//api/v1/whoami", "/api//v1///whoami", "//health"):

@@ -69,7 +69,7 @@ ROUTES: list[tuple[str, str, str]] = [
     ("GET", "/api/v1/timers/{queue}/{timerKey}", "read"), ("DELETE", "/api/v1/timers/{queue}/{timerKey}", "write"),
     ("POST", "/api/v1/transaction", "body"), ("GET", "/api/v1/usage", "read"), ("GET", "/api/v1/admin/usage", "read"),
     ("GET", "/api/v1/timers-overview", "read"), ("GET", "/console", "read"), ("GET", "/console/", "read"),
-    ("GET", "/console/{asset}", "read"), ("GET", "/openapi.json", "read"),
+    ("GET", "/console/{asset}", "read"), ("GET", "/console/vendor/uplot/{file}", "read"), ("GET", "/openapi.json", "read"),
     # the official client's admin and read surfaces
     ("GET", "/api/v1/consumer-groups", "read"), ("GET", "/api/v1/consumer-groups/lagging", "read"),
     ("GET", "/api/v1/consumer-groups/{group}", "read"), ("DELETE", "/api/v1/consumer-groups/{group}", "write"),
@@ -78,7 +78,7 @@ ROUTES: list[tuple[str, str, str]] = [
     ("POST", "/api/v1/consumer-groups/{group}/subscription", "body"), ("POST", "/api/v1/stats/refresh", "body"),
     ("GET", "/api/v1/resources/overview", "read"), ("GET", "/api/v1/resources/namespaces", "read"),
     ("GET", "/api/v1/resources/tasks", "read"), ("GET", "/api/v1/resources/partitions", "read"),
-    ("GET", "/api/v1/resources/queues/{queue}/depth", "read"), ("GET", "/api/v1/status", "read"),
+    ("GET", "/api/v1/resources/queues/{queue}/depth", "read"), ("GET", "/api/v1/status", "read"), ("GET", "/api/v1/status/live", "read"),
     ("GET", "/api/v1/status/queues", "read"), ("GET", "/api/v1/status/queues/{queue}", "read"),
     ("GET", "/api/v1/status/analytics", "read"), ("GET", "/api/v1/analytics/system-metrics", "read"),
     ("GET", "/api/v1/analytics/worker-metrics", "read"), ("GET", "/api/v1/messages", "read"),
@@ -259,7 +259,7 @@ class Generator:
         if r < 0.5:
             return {"tenant": f"te-{tag}", "ns": tag, "key": f"k-{tag}/a", "queue": f"q-{tag}", "partition": f"p-{tag}",
                     "lease": str(uuid.uuid4()), "id": str(uuid.uuid4()), "pid": str(uuid.uuid4()), "txn": f"t-{tag}",
-                    "timerKey": f"k-{tag}", "asset": "app.js", "group": f"g-{tag}", "name": f"n-{tag}"}.get(name, "x")
+                    "timerKey": f"k-{tag}", "asset": "app.js", "file": "uPlot.min.css", "group": f"g-{tag}", "name": f"n-{tag}"}.get(name, "x")
         return urllib.parse.quote(str(self.scalar()) or "x", safe="")
 
     def query(self) -> str:
@@ -283,7 +283,7 @@ class Generator:
         if template.startswith(("/metrics", "/openapi", "/console")) and rng.random() < 0.8:  # ~30 ms each to render: fuzzed less often
             method, template, role = rng.choice(ROUTES)
         path = template
-        for name in ("tenant", "ns", "key", "queue", "partition", "lease", "id", "pid", "txn", "timerKey", "asset"):
+        for name in ("tenant", "ns", "key", "queue", "partition", "lease", "id", "pid", "txn", "timerKey", "asset", "file"):
             if "{" + name + "}" in path:
                 path = path.replace("{" + name + "}", self.path_param(name, tag))
         qs = self.query()

@@ -94,6 +94,18 @@ async def read_object(request: web.Request, *, allow_empty: bool = False, code: 
     return body
 
 
+def refuse_repeated_query(request: web.Request) -> None:
+    """Every query parameter of the API takes one value: ``?batch=1&batch=500`` is ambiguous (which one
+    did the client mean?), so it is refused whole instead of one value being picked silently."""
+    query = request.query
+    if len(query) == len(set(query.keys())):
+        return
+    for name in dict.fromkeys(query.keys()):
+        given = len(query.getall(name))
+        if given > 1:
+            raise BadRequest("bad_query", f"query parameter {name} is given {given} times; give it once")
+
+
 def q_int(
     request: web.Request, name: str, default: int, *, lo: int | None = None, hi: int | None = None, clamp: bool = False
 ) -> int:
