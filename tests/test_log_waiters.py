@@ -7,6 +7,7 @@ many parked polls."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from typing import Any
 
@@ -41,6 +42,14 @@ async def test_a_notify_wakes_one_waiter_and_the_baton_the_next() -> None:
     assert not evs[3].is_set()
     assert w.unregister([key], evs[0]) is not None  # woken by a notify: the instant is kept
     assert w.unregister([key], evs[3]) is None
+    # one waiter of each class (consumer group, named partition): g2 cannot take what g1 takes
+    g1 = [w.register([key], ("g1", None)) for _ in range(2)]
+    g2 = w.register([key], ("g2", None))
+    part = w.register([key], ("g1", "p"))
+    w.notify("t\tq")
+    assert [e.is_set() for e in (*g1, g2, part)] == [True, False, True, True]
+    w.pass_on([key], ("g1", None))
+    assert g1[1].is_set()
     every = Waiters()  # the default (ephemeral queues): every waiter of the queue
     evs = [every.register([key]) for _ in range(3)]
     every.notify("t\tq")
@@ -70,8 +79,8 @@ P = Principal(tenant="co", sub="alice", grants=frozenset({"produce", "consume"})
 
 
 def req(queue: str, *, timeout_ms: int = 10_000, batch: int = 100, partitions: int = 1,
-        auto_ack: bool = True) -> PopRequest:
-    return PopRequest(queue=queue, partition=None, group="__QUEUE_MODE__", batch=batch, partitions=partitions,
+        auto_ack: bool = True, group: str = "__QUEUE_MODE__", partition: str | None = None) -> PopRequest:
+    return PopRequest(queue=queue, partition=partition, group=group, batch=batch, partitions=partitions,
                       auto_ack=auto_ack, sub_mode=None, sub_from=None, wait=True, timeout_ms=timeout_ms)
 
 
@@ -162,6 +171,31 @@ async def test_one_push_to_several_partitions_reaches_as_many_parked_polls(svc: 
         answers.extend(d.result() for d in done)
     assert time.perf_counter() - t0 < 5
     assert sorted(a["partition"] for a in answers) == ["a", "b", "c", "d"]
+    svc.b.draining = True
+    svc.waiters.wake_all()
+    await asyncio.gather(*polls)
+
+
+async def test_a_push_wakes_a_poll_of_every_group_and_of_its_named_partition(svc: LogService) -> None:
+    """One poll per class is woken: each consumer group needs the message, and a poll of one named
+    partition cannot take another's (woken in their place, the message would wait for the timeout)."""
+    q = "classes"
+    await push(svc, q, "a", "b")
+    for r in (req(q, group="g1"), req(q, group="g2"), req(q), req(q)):  # the groups exist, all consumed
+        await svc.pop(P, dataclasses.replace(r, wait=False, partitions=10))
+    mk = [req(q, group="g1", timeout_ms=20_000), req(q, group="g1", timeout_ms=20_000),
+          req(q, group="g2", timeout_ms=20_000), req(q, partition="a", timeout_ms=20_000),
+          req(q, partition="b", timeout_ms=20_000)]
+    polls = [asyncio.ensure_future(svc.pop(P, r)) for r in mk]
+    await parked(svc, len(polls))
+    t0 = time.perf_counter()
+    await push(svc, q, "b")
+    answered: list[int] = []
+    while len(answered) < 3 and time.perf_counter() - t0 < 10:
+        await asyncio.wait([p for p in polls if not p.done()], return_when=asyncio.FIRST_COMPLETED, timeout=10)
+        answered = [i for i, p in enumerate(polls) if p.done()]
+    assert time.perf_counter() - t0 < 5, f"answered {answered} only"
+    assert len(answered) == 3 and answered[0] in (0, 1) and answered[1:] == [2, 4]
     svc.b.draining = True
     svc.waiters.wake_all()
     await asyncio.gather(*polls)

@@ -270,10 +270,11 @@ class LogService:
         woken_at: float | None = None  # when a notify woke the previous wait, for queen_pop_wake_seconds
         echo: dict[str, bool] = {}  # the conflation echo of the queues looked at (§2.4)
         ev: asyncio.Event | None = None
+        cls = (req.group, req.partition)  # who else could take what this poll takes (broker/log/waiters.py)
         baton = False  # a notify woke this poll and its answer may have left messages for another
         try:
             while True:
-                ev = self.waiters.register(keys) if req.wait else None
+                ev = self.waiters.register(keys, cls) if req.wait else None
                 try:
                     hint_s: float | None = None
                     for q in targets:
@@ -307,7 +308,7 @@ class LogService:
             # leaves without having popped after it (cancelled, drained, failed: its event is set), or
             # leaves with an answer after a wake-up that may not have taken everything there is.
             if ev is not None and (baton or ev.is_set()):
-                self.waiters.pass_on(keys)
+                self.waiters.pass_on(keys, cls)
 
     @staticmethod
     def _may_have_left_some(req: PopRequest, answer: dict[str, Any]) -> bool:
