@@ -69,6 +69,15 @@ class Pop:
         return (self.tenant, self.queue, self.partition, self.group, self.batch, self.max_partitions,
                 self.auto_ack, self.sub_mode, self.sub_from, self.conflation)
 
+    @staticmethod
+    def many_args(tenant: str, pops: Sequence[Pop]) -> tuple[Any, ...]:
+        """The ``$n`` values of query ``log_pop_many``: these pops of ``tenant`` as parallel arrays, run
+        in this order in one statement; each row carries its pop's 1-based position as ``job``."""
+        assert all(p.tenant == tenant for p in pops)
+        return (tenant, [p.queue for p in pops], [p.partition for p in pops], [p.group for p in pops],
+                [p.batch for p in pops], [p.max_partitions for p in pops], [p.auto_ack for p in pops],
+                [p.sub_mode for p in pops], [p.sub_from for p in pops], [p.conflation for p in pops])
+
 
 @dataclass(frozen=True, slots=True)
 class Ack:

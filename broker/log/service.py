@@ -48,6 +48,7 @@ LISTEN_SLACK_S = 10.0
 COALESCE_REQUEST_ITEMS = 20
 COALESCE_INFLIGHT = 2
 COALESCE_CALL_ITEMS = 500
+COALESCE_POP_JOBS = 32  # pops gathered into one statement (each runs its own queen_pop: a pop is a job)
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ def _ids(items: list[PushItem]) -> list[uuid.UUID]:
 class LogService:
     def __init__(self, broker: Broker) -> None:
         self.b = broker
-        self.waiters = Waiters()
+        self.waiters = Waiters(one=True)  # a notify wakes one long poll; pop passes the baton on
         self._flags: dict[tuple[str, str], tuple[bool, float]] = {}
         self.worker = f"{broker.worker_index}-{uuid.uuid4().hex[:12]}"
         self._listening: dict[tuple[str, str], float] = {}
@@ -81,11 +82,16 @@ class LogService:
             "push", self._push_group, max_inflight=COALESCE_INFLIGHT, max_items=COALESCE_CALL_ITEMS)
         self.ack_coalescer: Coalescer[str, list[AckItem]] = Coalescer(
             "ack", self._ack_group, max_inflight=COALESCE_INFLIGHT, max_items=COALESCE_CALL_ITEMS)
+        # Pops gather too: concurrent pops of a tenant (woken long polls, consumers polling at once) go
+        # out as one statement, one queen_pop per job in turn (see _pop_group).
+        self.pop_coalescer: Coalescer[str, Pop] = Coalescer(
+            "pop", self._pop_group, max_inflight=COALESCE_INFLIGHT, max_items=COALESCE_POP_JOBS)
 
     async def close(self) -> None:
         """At drain: calls in flight finish and answer their waiters; nothing new is coalesced."""
         await self.push_coalescer.close()
         await self.ack_coalescer.close()
+        await self.pop_coalescer.close()
 
     # ---- encryption flags (cached per worker; queen_push_checked catches a stale "plain")
 
@@ -263,35 +269,53 @@ class LogService:
         deadline = loop.time() + req.timeout_ms / 1000
         woken_at: float | None = None  # when a notify woke the previous wait, for queen_pop_wake_seconds
         echo: dict[str, bool] = {}  # the conflation echo of the queues looked at (§2.4)
-        while True:
-            ev = self.waiters.register(keys) if req.wait else None
-            try:
-                hint_s: float | None = None
-                for q in targets:
-                    answer, hint = await self._pop_once(pool, principal, req, q, echo)
-                    if answer is not None:
-                        self.waiters.observe_wake(woken_at)
-                        return answer
-                    if hint is not None:
-                        hint_s = hint if hint_s is None else min(hint_s, hint)
-                if ev is None or self.b.draining:
-                    return self.empty_answer(req, echo)
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    return self.empty_answer(req, echo)
-                if await self._ensure_listening(pool, principal.tenant, targets, remaining):
-                    continue  # registered just now: look once more before sleeping (closes the race)
-                if hint_s is not None:
-                    remaining = min(remaining, max(hint_s, 0.005))
+        ev: asyncio.Event | None = None
+        cls = (req.group, req.partition)  # who else could take what this poll takes (broker/log/waiters.py)
+        baton = False  # a notify woke this poll and its answer may have left messages for another
+        try:
+            while True:
+                ev = self.waiters.register(keys, cls) if req.wait else None
                 try:
-                    await asyncio.wait_for(ev.wait(), remaining)
-                except TimeoutError:
-                    pass
-                if self.b.draining:
-                    return self.empty_answer(req, echo)
-            finally:
-                if ev is not None:
-                    woken_at = self.waiters.unregister(keys, ev)
+                    hint_s: float | None = None
+                    for q in targets:
+                        answer, hint = await self._pop_once(principal, req, q, echo)
+                        if answer is not None:
+                            self.waiters.observe_wake(woken_at)
+                            baton = woken_at is not None and self._may_have_left_some(req, answer)
+                            return answer
+                        if hint is not None:
+                            hint_s = hint if hint_s is None else min(hint_s, hint)
+                    if ev is None or self.b.draining:
+                        return self.empty_answer(req, echo)
+                    remaining = deadline - loop.time()
+                    if remaining <= 0:
+                        return self.empty_answer(req, echo)
+                    if await self._ensure_listening(pool, principal.tenant, targets, remaining):
+                        continue  # registered just now: look once more before sleeping (closes the race)
+                    if hint_s is not None:
+                        remaining = min(remaining, max(hint_s, 0.005))
+                    try:
+                        await asyncio.wait_for(ev.wait(), remaining)
+                    except TimeoutError:
+                        pass
+                    if self.b.draining:
+                        return self.empty_answer(req, echo)
+                finally:
+                    if ev is not None:
+                        woken_at = self.waiters.unregister(keys, ev)
+        finally:
+            # The baton (broker/log/waiters.py): a notify woke only this poll. Hand it on when the poll
+            # leaves without having popped after it (cancelled, drained, failed: its event is set), or
+            # leaves with an answer after a wake-up that may not have taken everything there is.
+            if ev is not None and (baton or ev.is_set()):
+                self.waiters.pass_on(keys, cls)
+
+    @staticmethod
+    def _may_have_left_some(req: PopRequest, answer: dict[str, Any]) -> bool:
+        """Whether more messages may be ready after this answer: it filled its batch, or claimed as many
+        partitions as it was allowed (others may hold messages). Fewer messages than the batch from
+        fewer partitions than allowed means the pop's walk found no other partition to serve."""
+        return len(answer["messages"]) >= req.batch or answer["partitionsClaimed"] >= max(req.partitions, 1)
 
     @staticmethod
     def empty_answer(req: PopRequest, echo: dict[str, bool]) -> dict[str, Any] | None:
@@ -326,14 +350,16 @@ class LogService:
                 self._listening[(tenant, q)] = now + hold - 1.0
         return True
 
-    async def _pop_once(self, pool: asyncpg.Pool, principal: Principal, req: PopRequest, queue: str,
+    async def _pop_once(self, principal: Principal, req: PopRequest, queue: str,
                         echo: dict[str, bool]) -> tuple[dict[str, Any] | None, float | None]:
         tenant = principal.tenant
-        async with pool.acquire() as conn:
-            pop = Pop(tenant=tenant, queue=queue, partition=req.partition, group=req.group, batch=req.batch,
-                      max_partitions=req.partitions, auto_ack=req.auto_ack, sub_mode=req.sub_mode,
-                      sub_from=req.sub_from, conflation=req.conflation)
-            rows = await conn.fetch(Q.log_pop, *pop.args())
+        pop = Pop(tenant=tenant, queue=queue, partition=req.partition, group=req.group, batch=req.batch,
+                  max_partitions=req.partitions, auto_ack=req.auto_ack, sub_mode=req.sub_mode,
+                  sub_from=req.sub_from, conflation=req.conflation)
+        if req.batch <= COALESCE_CALL_ITEMS:
+            rows = await self.pop_coalescer.submit(tenant, pop)
+        else:  # a pop that may carry thousands of messages goes alone: it would hold the others' answers
+            rows = await self._pop_alone(pop)
         stored: bool | None = None
         msgs: list[dict[str, Any]] = []
         leased: dict[uuid.UUID, str] = {}  # partitions this pop leased, by id
@@ -417,6 +443,33 @@ class LogService:
             "messages": msgs,
             **policy,
         }, None
+
+    async def _pop_alone(self, pop: Pop) -> list[asyncpg.Record]:
+        async with self.b.require_pool().acquire() as conn:
+            return list(await conn.fetch(Q.log_pop, *pop.args()))
+
+    async def _pop_group(self, tenant: str, jobs: list[Pop]) -> list[Any]:
+        """The pop coalescer's call: every job's ``queen_pop`` in ONE statement (``log_pop_many``: one
+        round trip, one transaction, one commit), rows split back per job. The calls run one after the
+        other inside the statement, and each of the function's statements reads what the earlier calls
+        wrote (a volatile function's fresh snapshot), so a partition one job claimed or consumed is not
+        servable to the next: each job gets only its own partitions and its own lease, as if the pops had
+        run one after the other. A failure that may be one job's (anything but the database being
+        unreachable) retries every job alone."""
+        if len(jobs) == 1:
+            return [await self._pop_alone(jobs[0])]
+        try:
+            async with self.b.require_pool().acquire() as conn:
+                rows = await conn.fetch(Q.log_pop_many, *Pop.many_args(tenant, jobs))
+        except DB_DOWN:
+            raise
+        except Exception as exc:
+            log.debug("gathered pop of %d jobs failed (%s); each job alone", len(jobs), exc)
+            return list(await asyncio.gather(*[self._pop_alone(j) for j in jobs], return_exceptions=True))
+        out: list[list[asyncpg.Record]] = [[] for _ in jobs]
+        for r in rows:  # in statement order: job by job, each job's rows in its own order
+            out[r["job"] - 1].append(r)
+        return out
 
     # ---- ack
 
