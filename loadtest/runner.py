@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -422,6 +422,21 @@ def capacity(args: argparse.Namespace, url: str, out: Path) -> dict[str, Any]:
     return result
 
 
+def _finish(args: argparse.Namespace, kind: str, url: str, out: Path, result: dict[str, Any], title: str,
+            table: Callable[[dict[str, Any]], str]) -> dict[str, Any]:
+    """What every asyncio scenario does with its result: the machine's context and the URL added, written as
+    summary.json and report.html (verdict first), and its table printed."""
+    result["machine"] = machine(args.load_start)
+    result["url"] = url
+    (out / "summary.json").write_text(json.dumps(result, indent=2, default=str))
+    report.write_html(out, kind, result, settings(args))
+    print(f"\n== {kind}: {title} ==")
+    print(table(result))
+    print(machine_line(result["machine"]))
+    print(f"\nwritten: {out}/report.html and summary.json")
+    return result
+
+
 def run_outage(args: argparse.Namespace, url: str, out: Path) -> dict[str, Any]:
     from loadtest import outage_deadlines as od
 
@@ -429,15 +444,7 @@ def run_outage(args: argparse.Namespace, url: str, out: Path) -> dict[str, Any]:
                   timeout=args.timeout, retries=args.retries, outage_start=args.outage_start, outage=args.outage,
                   drain=args.drain, margin=args.margin)
     result = od.run_both(p)
-    result["machine"] = machine(args.load_start)
-    result["url"] = url
-    (out / "summary.json").write_text(json.dumps(result, indent=2, default=str))
-    report.write_html(out, "outage_deadlines", result, settings(args))
-    print(f"\n== outage_deadlines: {url} ==")
-    print(od.table(result))
-    print(machine_line(result["machine"]))
-    print(f"\nwritten: {out}/report.html and summary.json")
-    return result
+    return _finish(args, "outage_deadlines", url, out, result, url, od.table)
 
 
 def run_recurring(args: argparse.Namespace, url: str, out: Path) -> dict[str, Any]:
@@ -446,15 +453,7 @@ def run_recurring(args: argparse.Namespace, url: str, out: Path) -> dict[str, An
     p = rc.Params(url=url, schedules=args.schedules, tenants=args.tenants, mode=args.mode,
                   duration=args.duration if args.duration_given else 20.0, jwt_secret=args.jwt_secret)
     result = rc.run(p)
-    result["machine"] = machine(args.load_start)
-    result["url"] = url
-    (out / "summary.json").write_text(json.dumps(result, indent=2, default=str))
-    report.write_html(out, "recurring", result, settings(args))
-    print(f"\n== recurring: {url} ==")
-    print(rc.table(result))
-    print(machine_line(result["machine"]))
-    print(f"\nwritten: {out}/report.html and summary.json")
-    return result
+    return _finish(args, "recurring", url, out, result, url, rc.table)
 
 
 def run_failover(args: argparse.Namespace, url: str, out: Path) -> dict[str, Any]:
@@ -464,15 +463,7 @@ def run_failover(args: argparse.Namespace, url: str, out: Path) -> dict[str, Any
                   producers=args.users, schedulers=args.users, kv_writers=args.users, consumers=args.users,
                   drain=args.drain, token=os.environ.get("QUEEN_TOKEN", ""))
     result = fo.run(p)
-    result["machine"] = machine(args.load_start)
-    result["url"] = url
-    (out / "summary.json").write_text(json.dumps(result, indent=2, default=str))
-    report.write_html(out, "failover", result, settings(args))
-    print(f"\n== failover: {url}, fault: {args.fault_cmd} ==")
-    print(fo.table(result))
-    print(machine_line(result["machine"]))
-    print(f"\nwritten: {out}/report.html and summary.json")
-    return result
+    return _finish(args, "failover", url, out, result, f"{url}, fault: {args.fault_cmd}", fo.table)
 
 
 # ---- command line
