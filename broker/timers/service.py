@@ -185,11 +185,7 @@ async def apply(
         return await _apply_split(conn, broker, principal, ops, check_switch=check_switch,
                                   in_transaction=in_transaction, meter=meter)
     tenant = principal.tenant
-    encrypting: set[str] = set()
-    if broker.keyring:
-        queues = sorted({op.queue for op in ops if op.is_schedule})
-        if queues:
-            encrypting = {r["name"] for r in await conn.fetch(Q.timers_encrypting_queues, tenant, queues)}
+    encrypting = await _encrypting_queues(conn, broker, tenant, ops)
     sweeper = _local_sweeper(broker, conn)
     for attempt in (1, 2):
         call = _call(broker, principal, ops, encrypting, check_switch=check_switch, notify=sweeper is None,
@@ -205,16 +201,10 @@ async def apply(
                 rows = await conn.fetch(query, *args)
             break
         except asyncpg.PostgresError as exc:
-            state = getattr(exc, "sqlstate", None)
-            if state == SQLSTATE_DISABLED:
-                raise disabled_error(in_transaction=in_transaction) from None
-            if state == SQLSTATE_ENCRYPTING:
-                queue = getattr(exc, "detail", None) or "?"
-                if not broker.keyring or attempt == 2:
-                    raise _no_keys(queue) from None
-                encrypting.add(queue)
-                continue
-            raise
+            queue = _queue_to_encrypt(exc, broker, attempt, in_transaction=in_transaction)
+            if queue is None:
+                raise
+            encrypting.add(queue)
     if sweeper is not None:
         _wake_local(broker, sweeper, ops, sent_at)
     out: list[dict[str, Any]] = []
@@ -260,17 +250,45 @@ async def _apply_split(
     return out
 
 
+async def _encrypting_queues(conn: Conn, broker: Broker, tenant: str, ops: Sequence[TimerOp]) -> set[str]:
+    """The queues of these schedules that store encrypted payloads (none without a key ring)."""
+    if not broker.keyring:
+        return set()
+    queues = sorted({op.queue for op in ops if op.is_schedule})
+    if not queues:
+        return set()
+    return {r["name"] for r in await conn.fetch(Q.timers_encrypting_queues, tenant, queues)}
+
+
+def _queue_to_encrypt(exc: asyncpg.PostgresError, broker: Broker, attempt: int, *, in_transaction: bool) -> str | None:
+    """What an apply statement's refusal means: the answer it raises (scheduling switched off, the
+    database's clock ahead, no key for a queue that encrypts), or the queue that began encrypting since
+    the ops were sealed, to seal again and retry once; None for any other error (the caller re-raises)."""
+    state = getattr(exc, "sqlstate", None)
+    if state == SQLSTATE_DISABLED:
+        raise disabled_error(in_transaction=in_transaction) from None
+    if state == SQLSTATE_CLOCK:
+        raise errors.Unavailable(
+            "timers_clock_skew",
+            "the database's clock is ahead of this broker's by more than the broker's margin; "
+            "a cron schedule's first occurrence cannot be chosen (check the hosts' time sync)",
+            code="timers_clock_skew", retry_after_s=5,
+        ) from None
+    if state == SQLSTATE_ENCRYPTING:
+        queue: str = getattr(exc, "detail", None) or "?"
+        if not broker.keyring or attempt == 2:
+            raise _no_keys(queue) from None
+        return queue
+    return None
+
+
 async def _apply_recur(
     conn: Conn, broker: Broker, principal: Principal, ops: Sequence[TimerOp], *, check_switch: bool,
     in_transaction: bool, meter: bool,
 ) -> list[dict[str, Any]]:
     """Recurring schedules, pauses and resumes: one statement (queen_timers_recur_apply and its meter)."""
     tenant = principal.tenant
-    encrypting: set[str] = set()
-    if broker.keyring:
-        queues = sorted({op.queue for op in ops if op.is_schedule})
-        if queues:
-            encrypting = {r["name"] for r in await conn.fetch(Q.timers_encrypting_queues, tenant, queues)}
+    encrypting = await _encrypting_queues(conn, broker, tenant, ops)
     for attempt in (1, 2):
         call = _recur_call(broker, principal, ops, encrypting, check_switch,
                            metering.period_seconds() if meter else 0)
@@ -282,23 +300,10 @@ async def _apply_recur(
                 rows = await conn.fetch(Q.timers_recur_apply, *call.args())
             break
         except asyncpg.PostgresError as exc:
-            state = getattr(exc, "sqlstate", None)
-            if state == SQLSTATE_DISABLED:
-                raise disabled_error(in_transaction=in_transaction) from None
-            if state == SQLSTATE_CLOCK:
-                raise errors.Unavailable(
-                    "timers_clock_skew",
-                    "the database's clock is ahead of this broker's by more than the broker's margin; "
-                    "a cron schedule's first occurrence cannot be chosen (check the hosts' time sync)",
-                    code="timers_clock_skew", retry_after_s=5,
-                ) from None
-            if state == SQLSTATE_ENCRYPTING:
-                queue = getattr(exc, "detail", None) or "?"
-                if not broker.keyring or attempt == 2:
-                    raise _no_keys(queue) from None
-                encrypting.add(queue)
-                continue
-            raise
+            queue = _queue_to_encrypt(exc, broker, attempt, in_transaction=in_transaction)
+            if queue is None:
+                raise
+            encrypting.add(queue)
     out: list[dict[str, Any]] = []
     for op, row in zip(ops, rows, strict=True):
         status = status_of(row["status"])
