@@ -39,8 +39,9 @@ def test_retry_requests_are_database_conflict():
         assert (err.status, err.code, err.reason) == (503, "unavailable", "database_conflict")
 
 
-@pytest.mark.parametrize("exc", SHUTDOWN_FAILURES[:3], ids=lambda e: type(e).__name__)
-async def test_the_error_middleware_answers_503_not_500(exc):
+async def _answer_of(exc: BaseException) -> tuple[int, dict, dict]:
+    """What the error middleware answers for a handler that raised ``exc``: status, JSON body, headers."""
+
     async def handler(_request: web.Request) -> web.Response:
         raise exc
 
@@ -48,10 +49,15 @@ async def test_the_error_middleware_answers_503_not_500(exc):
     app.router.add_post("/x", handler)
     async with TestClient(TestServer(app)) as client:
         r = await client.post("/x")
-        assert r.status == 503, await r.text()
-        body = await r.json()
-        assert body["error"] == "unavailable" and body["reason"] == "database_unavailable"
-        assert r.headers["Retry-After"] == "1"
+        return r.status, await r.json(), dict(r.headers)
+
+
+@pytest.mark.parametrize("exc", SHUTDOWN_FAILURES[:3], ids=lambda e: type(e).__name__)
+async def test_the_error_middleware_answers_503_not_500(exc):
+    status, body, headers = await _answer_of(exc)
+    assert status == 503, body
+    assert body["error"] == "unavailable" and body["reason"] == "database_unavailable"
+    assert headers["Retry-After"] == "1"
 
 
 # ---- a server that cannot write (a standby, a demoted primary) is unavailable, never an error
@@ -72,18 +78,11 @@ async def test_a_standby_answer_is_503_and_drops_the_pooled_connections(exc, mon
     dropped = []
     monkeypatch.setattr(failures, "drop_stale", lambda: dropped.append(1))
 
-    async def handler(_request: web.Request) -> web.Response:
-        raise exc
-
-    app = web.Application(middlewares=[error_middleware])
-    app.router.add_post("/x", handler)
-    async with TestClient(TestServer(app)) as client:
-        r = await client.post("/x")
-        assert r.status == 503, await r.text()
-        body = await r.json()
-        assert (body["error"], body["reason"]) == ("unavailable", "database_unavailable")
-        assert "not a writable primary" in body["detail"]
-        assert r.headers["Retry-After"] == "1"
+    status, body, headers = await _answer_of(exc)
+    assert status == 503, body
+    assert (body["error"], body["reason"]) == ("unavailable", "database_unavailable")
+    assert "not a writable primary" in body["detail"]
+    assert headers["Retry-After"] == "1"
     assert dropped == [1]
 
 
