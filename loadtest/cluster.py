@@ -38,6 +38,8 @@ from typing import Any
 
 import httpx
 
+from broker.process import apt as aptget
+
 DEFAULT_DIR = "/tmp/queen-cluster"
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 PIP_PACKAGES = ("patroni[etcd]==4.1.5", "psycopg[binary]>=3.1")
@@ -84,11 +86,13 @@ def install(*, quiet: bool = False) -> list[str]:
     need = missing()
     apt = [p for p in need if not p.startswith("pip:")]
     if apt:
-        if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        if not aptget.may_install():
             raise ClusterError(f"missing {', '.join(apt)}: install them as root (apt-get install -y {' '.join(apt)})")
-        cmd = ("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
-               f"--no-install-recommends {' '.join(apt)}")
-        _run_install(["sh", "-c", cmd], cmd)
+        try:
+            aptget.install(apt, timeout_s=INSTALL_TIMEOUT_S,
+                           present=lambda: not [p for p in missing() if not p.startswith("pip:")])
+        except aptget.AptError as exc:
+            raise ClusterError(str(exc)) from None
     if "pip:cluster" in need and os.geteuid() != 0:
         cmd_list = [sys.executable, "-m", "pip", "install", "-q", *PIP_PACKAGES]
         _run_install(cmd_list, " ".join(cmd_list))

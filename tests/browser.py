@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,16 +38,12 @@ def _find() -> str | None:
 
 
 def _install() -> str:
-    cmd = (
-        "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "
-        f"{PACKAGE} fonts-dejavu-core"
-    )
+    from broker.process import apt
+
     try:
-        proc = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"installing {PACKAGE} with apt-get took more than {INSTALL_TIMEOUT_S} s", pytrace=False)
-    if proc.returncode != 0:
-        pytest.fail(f"`{cmd}` failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}", pytrace=False)
+        apt.install([PACKAGE, "fonts-dejavu-core"], timeout_s=INSTALL_TIMEOUT_S, present=lambda: _find() is not None)
+    except apt.AptError as exc:
+        pytest.fail(str(exc), pytrace=False)
     path = _find()
     if path is None:
         pytest.fail(f"{PACKAGE} was installed but no chromium binary is on PATH", pytrace=False)
@@ -66,7 +61,9 @@ def chromium_path() -> str:
     path = _find()
     if path:
         return path
-    if hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get"):
+    from broker.process import apt
+
+    if apt.may_install():
         return _install()
     pytest.fail(
         f"no headless Chromium: install Debian's `{PACKAGE}` (apt-get install -y {PACKAGE}) "

@@ -23,6 +23,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from broker.process import apt
+
 PACKAGE = "haproxy"
 INSTALL_TIMEOUT_S = 600
 CELL_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
@@ -47,16 +49,13 @@ def ensure_installed() -> str:
     path = find()
     if path:
         return path
-    if not (hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get")):
+    if not apt.may_install():
         raise HaproxyError(f"HAProxy is not installed: apt-get install -y {PACKAGE} (Debian's 2.6 or later), "
                            "or point QUEEN_HAPROXY at the binary")
-    cmd = f"apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends {PACKAGE}"
     try:
-        proc = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        raise HaproxyError(f"installing {PACKAGE} with apt-get took more than {INSTALL_TIMEOUT_S} s") from None
-    if proc.returncode != 0:
-        raise HaproxyError(f"`{cmd}` failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+        apt.install([PACKAGE], timeout_s=INSTALL_TIMEOUT_S, present=lambda: find() is not None)
+    except apt.AptError as exc:
+        raise HaproxyError(str(exc)) from None
     path = find()
     if path is None:
         raise HaproxyError(f"{PACKAGE} was installed but no haproxy binary was found")
