@@ -24,17 +24,21 @@ POST /api/v1/timers would store it (payload_ready: the sweeper fires it inside t
              into one queue over the lean client (its p99 printed beside httpx's: the generator's own CPU
              shares the 2 cores), beside the bare unnest INSERT of the same rows over 8 connections; the
              four arms alternate over 3 rounds (medians of the rounds); ops/s, batch p50/p99.
-             Targets: >= 0.15x bare, batch p99 <= 100 ms, one queue within 10 % of eight.
-  flat       the same into one queue up to --flat-total timers (default 1,000,000; on its own database and
-             broker, warmed first): ops/s per decile.
-             Target: last decile >= 0.9x the first.
-  ops        one schedule / cancel / peek at 100/s each: p50 <= 3 ms, p99 <= 10 ms.
-  sustained  1,000 timers/s due, evenly, for --duration s (scheduled over HTTP 1 s ahead).
-             Target at the consumer: p50 <= 10 ms, p99 <= 25 ms. Beside it, this server's bare-SQL floor
-             of that path (commit + NOTIFY, a LISTENer woken SELECTs the row), as the latency baseline.
-  bursts     1,000 due at one instant (p99 <= 50 ms); 20,000 due within 4 s (p99 <= 1 s); 100,000 due
-             at one instant (all fired, p99 <= 4 s); fire rate beside the bare-SQL bound (lock, delete
-             and queen_push of 1,000 due rows in one statement, one connection). --bursts picks them.
+             Targets: >= 0.7x bare, batch p99 <= 100 ms, one queue within 10 % of eight.
+  flat       the same into one queue up to --flat-total timers (default 10,000,000; on its own database and
+             broker, warmed first, its row quota lifted): ops/s per decile, each beside the bare INSERT of
+             the same batches into the same table at that decile's volume.
+             Targets: last decile >= 0.9x the first; every decile >= 0.7x its bare INSERT.
+  ops        one schedule / cancel / peek at 100/s each, beside the bare SQL of each (same rate, one
+             connection). Targets: p50 <= 1.0 / 0.8 / 0.4 ms, p99 <= 10 ms.
+  sustained  1,000 timers/s due, evenly, for --duration s (scheduled over HTTP 1 s ahead), once with the
+             consumer on the lean client and once on httpx. Targets at the consumer: p99 <= 5 ms (lean),
+             <= 10 ms (httpx). Beside it, this server's bare-SQL floor of that path (commit + NOTIFY, a
+             LISTENer woken SELECTs the row), as the latency baseline.
+  bursts     1,000 due at one instant (p99 <= 15 ms, beside the bare SQL of firing those rows in one
+             statement and reading them at a LISTENer); 20,000 due within 4 s (p99 <= 1 s); 100,000 due at
+             one instant (all fired, p99 <= 1.0 s, fire rate >= 0.8x the bare-SQL bound: lock, delete
+             and queen_push of 1,000 due rows a statement, one connection). --bursts picks them.
   scale      pending far-future timers 0 / 10k / 100k / 1M (--scale-max; 10M only if asked): steady
              lag and sweep-cycle time for --scale-seconds at 1,000/s and one 1,000-at-an-instant burst at each level
              (each level vacuumed and checkpointed once after its bulk load, never analyzed);
@@ -75,6 +79,7 @@ import orjson
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.baseline import ENSURE_TENANT, SEED, bare_burst_chain, bare_fire_rate  # noqa: E402
 from bench.db import new_migrated_db  # noqa: E402
 from bench.httpconn import HttpError, Pool  # noqa: E402
 from broker.app import settle_heap  # noqa: E402
@@ -94,18 +99,7 @@ ON CONFLICT (tenant, queue, timer_key) DO UPDATE
    SET txn = excluded.txn, message_id = excluded.message_id, payload = excluded.payload, attempts = 0,
        last_error = NULL, deliver_at = excluded.deliver_at, due_at = excluded.due_at, updated_at = now()
 """
-# Seeded rows carry payload_ready as POST /api/v1/timers would store these small JSON payloads
-# (broker.timers.service.log_ready), so they fire as scheduled timers do; --seed-unready stores false
-# (rows the sweeper must pack in Python: written by SQL, zstd, or above the compression threshold).
-SEED = """
-INSERT INTO queen_timers (tenant, queue, timer_key, partition, txn, message_id, payload, producer_sub,
-                          deliver_at, due_at, payload_ready)
-SELECT $1, $2, $3 || g, 'p' || (g % 16), $3 || g, gen_random_uuid(), convert_to('{"n": ' || g || '}', 'UTF8'),
-       'bench', $4::timestamptz, $4::timestamptz, $6::boolean
-FROM generate_series(1, $5::integer) AS g
-"""
 SEED_READY = [True]  # cleared by --seed-unready
-ENSURE_TENANT = "INSERT INTO queen_tenants (tenant) VALUES ($1) ON CONFLICT DO NOTHING"
 # "Never analyzed": autovacuum never runs ANALYZE on queen_timers while a scenario runs, so every claim
 # plans without column statistics. It still VACUUMs (broker/sql/migrations/0022_timers_vacuum.sql): the dead
 # rows of fired timers are what a vacuum removes, and a scenario that turned vacuum off measured the
@@ -113,21 +107,6 @@ ENSURE_TENANT = "INSERT INTO queen_tenants (tenant) VALUES ($1) ON CONFLICT DO N
 NO_ANALYZE = ("ALTER TABLE queen_timers SET (autovacuum_analyze_threshold = 2147483647, "
               "autovacuum_analyze_scale_factor = 100)")
 ANALYZE_AGAIN = "ALTER TABLE queen_timers RESET (autovacuum_analyze_threshold, autovacuum_analyze_scale_factor)"
-# The bare-SQL bound of a fire: one statement per 1,000 rows that locks the earliest due rows, deletes
-# them and pushes them into the log, on one connection (no fairness, no partition exclusivity, no pack).
-RAW_FIRE = """
-WITH due AS (SELECT ctid AS tid FROM queen_timers WHERE tenant = $1 AND due_at <= now()
-             ORDER BY due_at LIMIT $2 FOR UPDATE SKIP LOCKED),
-gone AS (DELETE FROM queen_timers t WHERE t.ctid = ANY (ARRAY(SELECT tid FROM due)) RETURNING t.*),
-agg AS (SELECT array_agg(queue COLLATE "default" ORDER BY queue, partition, deliver_at) qs,
-               array_agg(partition COLLATE "default" ORDER BY queue, partition, deliver_at) ps,
-               array_agg(message_id ORDER BY queue, partition, deliver_at) ids,
-               array_agg(txn COLLATE "default" ORDER BY queue, partition, deliver_at) txns,
-               array_agg(payload ORDER BY queue, partition, deliver_at) pls, count(*)::int n FROM gone)
-SELECT count(*) FROM agg, LATERAL queen_push($1, qs, ps, ids, txns, array_fill(NULL::uuid, ARRAY[n]), pls,
-       array_fill(0::smallint, ARRAY[n]), array_fill(NULL::text, ARRAY[n]), array_fill('bench'::text, ARRAY[n]),
-       array_fill(NULL::bigint, ARRAY[n])) WHERE n > 0
-"""
 LAGS_BY_TXN = """
 SELECT m.txn, extract(epoch FROM m.created_at)::float8 AS created FROM queen_messages m
 JOIN queen_partitions p ON p.tenant = m.tenant AND p.id = m.partition_id
@@ -266,14 +245,14 @@ class Consumer:
     as a user's would, stamping each frame's receipt; so the bench's own scheduling and bookkeeping
     never delay a receipt. ``stop`` tells it how many frames to wait for and collects the receipts."""
 
-    def __init__(self, url: str, queue: str) -> None:
-        self.url, self.queue = url, queue
+    def __init__(self, url: str, queue: str, client: str = "lean") -> None:
+        self.url, self.queue, self.client = url, queue, client
         self.receipts: dict[str, float] = {}
         self._proc: asyncio.subprocess.Process | None = None
 
     async def start(self) -> Consumer:
         self._proc = await asyncio.create_subprocess_exec(
-            sys.executable, str(Path(__file__).resolve()), "--consumer", self.url, self.queue,
+            sys.executable, str(Path(__file__).resolve()), "--consumer", self.url, self.queue, self.client,
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
         assert self._proc.stdout is not None
         ready = await asyncio.wait_for(self._proc.stdout.readline(), timeout=30)
@@ -293,9 +272,11 @@ class Consumer:
         self.receipts = json.loads(out)
 
 
-async def consumer_main(url: str, queue: str) -> None:
+async def consumer_main(url: str, queue: str, client: str = "lean") -> None:
     """The consumer process: poll until told (on stdin) how many frames to expect, then until it has
-    them or its timeout passes; print the receipts as JSON {txn: unix time}."""
+    them or its timeout passes; print the receipts as JSON {txn: unix time}. ``client``: ``lean`` (the
+    benches' keep-alive client, bench/httpconn.py) or ``httpx`` (an ordinary ``httpx.AsyncClient``, as a
+    user's service would poll)."""
     settle_heap()  # the generator's own collector out of its latencies, as in a broker worker
     receipts: dict[str, float] = {}
     loop = asyncio.get_running_loop()
@@ -314,12 +295,21 @@ async def consumer_main(url: str, queue: str) -> None:
     # figure is the broker's lag, and a general client's own CPU (httpx: ~1 ms a request) on these 2 cores
     # shows up in it.
     path += "?autopilot=true&batch=1000&wait=true&timeout=500&autoAck=true"
-    pool = Pool(url)
+    pool = Pool(url) if client == "lean" else None
+    ahttp = httpx.AsyncClient(base_url=url, timeout=30) if client == "httpx" else None
+
+    async def get() -> tuple[int, bytes]:
+        if pool is not None:
+            return await pool.request("GET", path)
+        assert ahttp is not None
+        r = await ahttp.get(path)
+        return r.status_code, r.content
+
     print("ready", flush=True)
     while not want or (len(receipts) < want[0] and time.time() < want[1]):
         try:
-            status, body = await asyncio.wait_for(pool.request("GET", path), timeout=30)
-        except (HttpError, OSError, TimeoutError):
+            status, body = await asyncio.wait_for(get(), timeout=30)
+        except (HttpError, OSError, TimeoutError, httpx.HTTPError):
             await asyncio.sleep(0.1)
             continue
         now = time.time()
@@ -327,7 +317,10 @@ async def consumer_main(url: str, queue: str) -> None:
             for m in (orjson.loads(body) or {}).get("messages") or []:
                 if m:
                     receipts.setdefault(m.get("transactionId"), now)
-    pool.close()
+    if pool is not None:
+        pool.close()
+    if ahttp is not None:
+        await ahttp.aclose()
     stopper.cancel()
     sys.stdout.write(json.dumps(receipts))
     sys.stdout.flush()
@@ -448,65 +441,107 @@ async def bench_schedule(url: str, dsn: str, batches: int = 240, conc: int = 8, 
     print(f"ours, eight queues: {eight:,.0f} ops/s, batch p50 {ms(pct(lat8, 50))} p99 {ms(pct(lat8, 99))}")
     print(f"ours, one queue, lean client (bench/httpconn.py, orjson): {lean:,.0f} ops/s, batch p50 "
           f"{ms(pct(lat_lean, 50))} p99 {ms(pct(lat_lean, 99))}")
-    row("ingest one queue", f"{one:,.0f} ops/s = {one / raw:.2f}x bare", ">= 0.15x bare", one / raw >= 0.15)
+    row("ingest one queue", f"{one:,.0f} ops/s = {one / raw:.2f}x bare", ">= 0.7x bare", one / raw >= 0.7)
     row("ingest one queue batch p99", ms(pct(lat1, 99)), "<= 100 ms", pct(lat1, 99) <= 0.100)
     row("ingest one queue batch p99, lean client", ms(pct(lat_lean, 99)), "<= 100 ms", pct(lat_lean, 99) <= 0.100,
         f"({lean:,.0f} ops/s = {lean / raw:.2f}x bare)")
-    row("ingest eight queues", f"{eight:,.0f} ops/s = {eight / raw:.2f}x bare", ">= 0.15x bare", eight / raw >= 0.15)
+    row("ingest eight queues", f"{eight:,.0f} ops/s = {eight / raw:.2f}x bare", ">= 0.7x bare", eight / raw >= 0.7)
     row("one queue vs eight", f"{ratio:.2f}", ">= 0.90", ratio >= 0.9, "median of the rounds' ratios")
 
 
 FLAT_WARMUP_BATCHES = 40
+FLAT_BARE_BATCHES = 40  # the bare INSERT measured after each decile (10,240 rows: a fixed sample, not a tenth)
 
 
 async def bench_flat(admin: str, total: int, conc: int = 8) -> None:
-    """On its own database and 2-worker broker, so what the other scenarios leave (rows, dead rows and
-    the space they free, a vacuum, a checkpoint under way) is in no decile; warmed first by
-    FLAT_WARMUP_BATCHES batches into the same table (a fresh broker's first seconds are slower, which
-    would flatter the ratio), which count toward the total (the tenant's default quota is 1,000,000)."""
-    batches = max(10 * conc, total // 256 - FLAT_WARMUP_BATCHES)
-    print(f"\n== flat: {batches * 256:,} timers into one queue, {conc} callers x 256-op batches, after "
-          f"{FLAT_WARMUP_BATCHES * 256:,} of warm-up (own database and broker) ==")
-    b = LocalBroker(dsn=await new_db(admin), workers=2,
+    """On its own database and 2-worker broker (row quota lifted: the default is 1,000,000 pending a
+    tenant), so what the other scenarios leave (rows, dead rows and the space they free, a vacuum, a
+    checkpoint under way) is in no decile; warmed first by FLAT_WARMUP_BATCHES batches into the same table
+    (a fresh broker's first seconds are slower, which would flatter the ratio). Ingest goes in ten
+    deciles; after each, the bare unnest INSERT of FLAT_BARE_BATCHES batches into the same table (another
+    tenant) measures what the database itself does at that volume."""
+    per = max(conc, (total // 256 - FLAT_WARMUP_BATCHES) // 10)
+    print(f"\n== flat: {10 * per * 256:,} timers into one queue, {conc} callers x 256-op batches, after "
+          f"{FLAT_WARMUP_BATCHES * 256:,} of warm-up (own database and broker), ten deciles each beside a "
+          f"bare INSERT of {FLAT_BARE_BATCHES * 256:,} rows ==")
+    dsn = await new_db(admin)
+    b = LocalBroker(dsn=dsn, workers=2, env={"QUEEN_TIMERS_ROW_QUOTA": "0"},
                     log_path=Path(tempfile.gettempdir()) / "bench-timers-flat-broker.log")
     await asyncio.to_thread(b.start)
+    rates: list[float] = []
+    bare: list[float] = []
+    lat: list[float] = []
     try:
         await _http_ingest(b.url, [f"flat-warm-{uuid.uuid4().hex[:6]}"], FLAT_WARMUP_BATCHES, conc, "w")
-        marks: list[float] = []
-        t0 = time.perf_counter()
-        rate, lat = await _http_ingest(b.url, [f"flat-{uuid.uuid4().hex[:6]}"], batches, conc, "f", marks)
+        q = f"flat-{uuid.uuid4().hex[:6]}"
+        for d in range(10):
+            rate, lat_d = await _http_ingest(b.url, [q], per, conc, f"f{d}-")
+            rates.append(rate)
+            lat += lat_d
+            bare.append(await _raw_ingest(dsn, f"flat-raw-{d}", FLAT_BARE_BATCHES, conc))
+            print(f"decile {d + 1}: {(d + 1) * per * 256:,} pending, ours {rate:,.0f} ops/s, bare INSERT "
+                  f"{bare[-1]:,.0f} ops/s ({rate / bare[-1]:.2f}x)", flush=True)
     finally:
         await asyncio.to_thread(b.stop)
-    marks.sort()
-    per = len(marks) // 10
-    rates = []
-    prev = t0
-    for d in range(10):
-        end = marks[(d + 1) * per - 1]
-        rates.append(per * 256 / (end - prev))
-        prev = end
-    print("ops/s per decile: " + ", ".join(f"{r:,.0f}" for r in rates))
-    print(f"overall {rate:,.0f} ops/s, batch p50 {ms(pct(lat, 50))} p99 {ms(pct(lat, 99))}")
-    # One decile lasts ~1.5 s on a fast host, and single deciles of unchanged code differ by up to 20 %
-    # (a checkpoint, an autovacuum pass of another table): the ratio of the medians of the first and
-    # last three deciles is printed beside the verdict, which keeps the issue's decile-to-decile ratio.
+    print(f"batch p50 {ms(pct(lat, 50))} p99 {ms(pct(lat, 99))}")
+    # One decile of unchanged code can differ from the next by up to 20 % (a checkpoint, an autovacuum pass
+    # of another table): the ratio of the medians of the first and last three deciles is printed beside
+    # the verdict, which keeps the issue's decile-to-decile ratio.
     robust = statistics.median(rates[-3:]) / statistics.median(rates[:3])
-    row(f"ingest flat over {batches * 256:,}", f"last/first decile {rates[-1] / rates[0]:.2f}", ">= 0.90",
+    ratios = [r / x for r, x in zip(rates, bare, strict=True)]
+    row(f"ingest flat to {10 * per * 256:,}", f"last/first decile {rates[-1] / rates[0]:.2f}", ">= 0.90",
         rates[-1] / rates[0] >= 0.9, f"(medians of the last / first three deciles: {robust:.2f})")
+    row(f"ingest flat to {10 * per * 256:,} vs bare INSERT", f"lowest decile {min(ratios):.2f}x bare, last "
+        f"{ratios[-1]:.2f}x", ">= 0.7x bare in every decile", min(ratios) >= 0.7)
 
 
-async def bench_ops(url: str, seconds: float = 10.0, rate: int = 100) -> None:
-    """Latency of one request as a caller sees it, from the instant the generator hands it over (a wait
-    for a free connection counts) to the answer, over the benches' lean keep-alive client
-    (bench/httpconn.py): a general client such as httpx adds about a millisecond of its own CPU to each
-    request on these 2 cores."""
-    print(f"\n== ops: one schedule / cancel / peek at {rate}/s each for {seconds:.0f} s ==")
-    q = f"ops-{uuid.uuid4().hex[:6]}"
+# The bare-SQL arm of ``ops``: the same single-row statement each route ends in, over one connection, each
+# its own transaction (autocommit; a schedule and a cancel wait for the WAL flush exactly as the broker's do).
+BARE_OP = {
+    "schedule": RAW_UPSERT,
+    "peek": "SELECT deliver_at, payload FROM queen_timers WHERE tenant = $1 AND queue = $2 AND timer_key = $3",
+    "cancel": "DELETE FROM queen_timers WHERE tenant = $1 AND queue = $2 AND timer_key = $3",
+}
+# The issue's p50 targets (ms) at 100 calls/s; a p99 of 10 ms is kept beside them.
+OPS_P50_MS = {"schedule": 1.0, "cancel": 0.8, "peek": 0.4}
+
+
+async def _paced(rate: int, n: int, call: Any) -> list[float]:
+    """``n`` calls of ``call(i)`` started ``rate`` per second (open loop); latency from the instant each
+    was due to start (a wait for a free connection counts)."""
+    lat: list[float] = []
+
+    async def one(i: int, handed: float) -> None:
+        await call(i)
+        lat.append(time.perf_counter() - handed)
+
+    start = time.perf_counter()
+    tasks = []
+    for i in range(n):
+        d = start + i / rate - time.perf_counter()
+        if d > 0:
+            await asyncio.sleep(d)
+        tasks.append(asyncio.get_running_loop().create_task(one(i, time.perf_counter())))
+    await asyncio.gather(*tasks)
+    return lat
+
+
+async def bench_ops(url: str, raw_dsn: str, seconds: float = 10.0, rate: int = 100) -> None:
+    """Latency of one request as a caller sees it, from the instant the generator hands it over to the
+    answer, over the benches' lean keep-alive client (bench/httpconn.py): a general client such as httpx
+    adds about a millisecond of its own CPU to each request on these 2 cores. Beside each, the bare SQL
+    of the same operation at the same rate (BARE_OP, one asyncpg connection, same server): its commit is
+    the floor under a durable schedule or cancel on this disk. Each kind alternates ours / bare twice."""
+    print(f"\n== ops: one schedule / cancel / peek at {rate}/s each for {seconds:.0f} s, beside bare SQL ==")
     n = int(seconds * rate)
-    lat: dict[str, list[float]] = {"schedule": [], "cancel": [], "peek": []}
+    lat: dict[str, list[float]] = {k: [] for k in OPS_P50_MS}
+    bare: dict[str, list[float]] = {k: [] for k in OPS_P50_MS}
     pool = Pool(url)
+    conn = await asyncpg.connect(raw_dsn)
+    await conn.execute(ENSURE_TENANT, "raw")
+    payload = base64.b64decode(PAYLOAD)
 
-    async def one(kind: str, i: int, handed: float) -> None:
+    async def ours(kind: str, q: str, i: int) -> None:
         if kind == "schedule":
             st, data = await pool.request("POST", "/api/v1/timers", json.dumps({"operations": [
                 {"op": "schedule", "queue": q, "timerKey": f"k{i}", "payload": PAYLOAD, "delayMs": 3_600_000,
@@ -515,22 +550,33 @@ async def bench_ops(url: str, seconds: float = 10.0, rate: int = 100) -> None:
             st, data = await pool.request("DELETE", f"/api/v1/timers/{q}/k{i}")
         else:
             st, data = await pool.request("GET", f"/api/v1/timers/{q}/k{i}")
-        lat[kind].append(time.perf_counter() - handed)
         assert st == 200, data
 
-    for kind in ("schedule", "peek", "cancel"):
-        start = time.perf_counter()
-        tasks = []
-        for i in range(n):
-            d = start + i / rate - time.perf_counter()
-            if d > 0:
-                await asyncio.sleep(d)
-            tasks.append(asyncio.get_running_loop().create_task(one(kind, i, time.perf_counter())))
-        await asyncio.gather(*tasks)
-    pool.close()
+    async def raw(kind: str, q: str, i: int) -> None:
+        if kind == "schedule":
+            await conn.execute(BARE_OP[kind], "raw", q, [f"k{i}"], [f"x{i}"], payload)
+        elif kind == "peek":
+            assert await conn.fetchrow(BARE_OP[kind], "raw", q, f"k{i}") is not None
+        else:
+            assert await conn.execute(BARE_OP[kind], "raw", q, f"k{i}") == "DELETE 1"
+
+    try:
+        for rnd in range(2):
+            q = f"ops-{uuid.uuid4().hex[:6]}"
+            for kind in ("schedule", "peek", "cancel"):  # a peek and a cancel find what the schedule made
+                arms = [("ours", lat), ("bare", bare)] if rnd == 0 else [("bare", bare), ("ours", lat)]
+                for arm, into in arms:
+                    fn = ours if arm == "ours" else raw
+                    into[kind] += await _paced(rate, n // 2, lambda i, fn=fn, kind=kind, q=q: fn(kind, q, i))
+    finally:
+        pool.close()
+        await conn.close()
     for kind, v in lat.items():
-        row(f"single {kind} at {rate}/s", f"p50 {ms(pct(v, 50))} p99 {ms(pct(v, 99))}", "p50 <= 3 ms, p99 <= 10 ms",
-            pct(v, 50) <= 0.003 and pct(v, 99) <= 0.010)
+        b50, b99 = pct(bare[kind], 50), pct(bare[kind], 99)
+        target = OPS_P50_MS[kind] / 1000
+        row(f"single {kind} at {rate}/s", f"p50 {ms(pct(v, 50))} p99 {ms(pct(v, 99))}",
+            f"p50 <= {OPS_P50_MS[kind]:g} ms, p99 <= 10 ms", pct(v, 50) <= target and pct(v, 99) <= 0.010,
+            f"(bare SQL p50 {ms(b50)} p99 {ms(b99)}: p50 {pct(v, 50) / b50:.1f}x bare)")
 
 
 async def _created(conn: asyncpg.Connection, tenant: str, queue: str, txns: list[str]) -> dict[str, float]:
@@ -545,12 +591,14 @@ PATH_HISTS = {
 }
 
 
-async def steady(url: str, conn: asyncpg.Connection, duration: float, rate: int = 1000) -> tuple[list[float], list[float]]:
-    """``rate`` timers/s due evenly for ``duration`` s, scheduled over HTTP 1 s ahead in batches every 10 ms."""
+async def steady(url: str, conn: asyncpg.Connection, duration: float, rate: int = 1000,
+                 client: str = "lean") -> tuple[list[float], list[float]]:
+    """``rate`` timers/s due evenly for ``duration`` s, scheduled over HTTP 1 s ahead in batches every 10 ms;
+    the consumer polls over ``client`` (see consumer_main)."""
     q = f"sus-{uuid.uuid4().hex[:6]}"
     per_tick, tick = max(1, rate // 100), 0.01
     deliver: dict[str, float] = {}
-    consumer = await Consumer(url, q).start()
+    consumer = await Consumer(url, q, client).start()
     h0 = scrape_hist(url)
     p0 = {name: scrape_hist(url, name) for name in PATH_HISTS}
     pool = Pool(url)  # the lean client: the generator shares the 2 cores with the broker (httpx: ~60 % of one)
@@ -579,7 +627,7 @@ async def steady(url: str, conn: asyncpg.Connection, duration: float, rate: int 
     await consumer.stop(len(deliver), timeout=10)
     created = await _created(conn, "default", q, list(deliver))
     print(f"scheduled {len(deliver)} over {duration:.0f} s, fired {len(created)}, received {len(consumer.receipts)} "
-          "(scheduler and consumer on the lean client, bench/httpconn.py)")
+          f"(scheduler on the lean client, bench/httpconn.py; consumer on {client})")
     _, at_consumer = lag_lines(deliver, created, consumer.receipts)
     for name, before in p0.items():  # where the path's time goes, as the broker itself measured it
         print(hist_line(before, scrape_hist(url, name), f"{PATH_HISTS[name]} ({name})"))
@@ -611,16 +659,26 @@ async def bare_chain(dsn: str, n: int = 200, idle_s: float = 0.02) -> list[float
         await b.close()
 
 
+# The issue's p99 targets at the consumer (s), by the consumer's client.
+STEADY_P99 = {"lean": 0.005, "httpx": 0.010}
+
+
 async def bench_sustained(url: str, conn: asyncpg.Connection, dsn: str, duration: float, rate: int = 1000) -> None:
-    print(f"\n== sustained: {rate} timers/s due, evenly, for {duration:.0f} s ==")
-    at_commit, at_consumer = await steady(url, conn, duration, rate)
+    print(f"\n== sustained: {rate} timers/s due, evenly, for {duration:.0f} s, consumer on the lean client, then on httpx ==")
+    runs = {}
+    for client in STEADY_P99:
+        print(f"-- consumer on {client}")
+        runs[client] = await steady(url, conn, duration, rate, client)
     bare = await bare_chain(dsn)
+    b50, b99 = pct(bare, 50), pct(bare, 99)
     print(f"bare SQL floor (commit + NOTIFY, a LISTENer SELECTs the row; same server, 20 ms apart): "
-          f"p50 {ms(pct(bare, 50))} p99 {ms(pct(bare, 99))}")
-    row(f"steady {rate}/s at the consumer", f"p50 {ms(pct(at_consumer, 50))} p99 {ms(pct(at_consumer, 99))}",
-        "p50 <= 10 ms, p99 <= 25 ms", pct(at_consumer, 50) <= 0.010 and pct(at_consumer, 99) <= 0.025,
-        f"(at commit p50 {ms(pct(at_commit, 50))} p99 {ms(pct(at_commit, 99))}; bare SQL floor p50 "
-        f"{ms(pct(bare, 50))}, {pct(at_consumer, 50) / pct(bare, 50):.1f}x of it)")
+          f"p50 {ms(b50)} p99 {ms(b99)}")
+    for client, (at_commit, at_consumer) in runs.items():
+        c50, c99 = pct(at_consumer, 50), pct(at_consumer, 99)
+        row(f"steady {rate}/s at the consumer ({client})", f"p50 {ms(c50)} p99 {ms(c99)}",
+            f"p99 <= {STEADY_P99[client] * 1000:g} ms", c99 <= STEADY_P99[client],
+            f"(at commit p50 {ms(pct(at_commit, 50))} p99 {ms(pct(at_commit, 99))}; bare SQL floor p50 {ms(b50)} "
+            f"p99 {ms(b99)}: p99 {c99 / b99:.1f}x bare)")
 
 
 SEED_RANGE = """
@@ -680,8 +738,11 @@ async def bench_bursts(url: str, conn: asyncpg.Connection, raw_dsn: str, sizes: 
             if size == "1k":
                 print("-- 1,000 due at one instant")
                 c1, u1, _ = await burst_at(url, conn, 1000)
+                bare = statistics.median([await bare_burst_chain(raw_dsn, 1000) for _ in range(3)])
+                print(f"bare SQL: 1,000 due rows fired in one statement + NOTIFY, all read by the LISTENer: "
+                      f"{ms(bare)} (median of 3)")
                 row("1,000 at one instant", f"p99 consumer {ms(pct(u1, 99))} (commit {ms(pct(c1, 99))})",
-                    "p99 <= 50 ms", pct(u1, 99) <= 0.050)
+                    "p99 <= 15 ms", pct(u1, 99) <= 0.015, f"(bare SQL {ms(bare)}: p99 {pct(u1, 99) / bare:.1f}x bare)")
             elif size == "20k":
                 print("-- 20,000 due within a 4 s window")
                 c2, u2, _ = await burst_at(url, conn, 20_000, window_ms=4000)
@@ -690,14 +751,15 @@ async def bench_bursts(url: str, conn: asyncpg.Connection, raw_dsn: str, sizes: 
             else:
                 big = int(size.rstrip("k")) * 1000 if size.endswith("k") else int(size)
                 print(f"-- {big:,} due at one instant")
-                raw1 = await raw_burst(raw_dsn, big)
+                raw1 = await bare_fire_rate(raw_dsn, big)
                 c3, u3, drained = await burst_at(url, conn, big, lead_ms=3000)
                 ours = big / drained
-                raw2 = await raw_burst(raw_dsn, big)
+                raw2 = await bare_fire_rate(raw_dsn, big)
                 raw = (raw1 + raw2) / 2
                 print(f"bare SQL fire: {raw1:,.0f} and {raw2:,.0f} timers/s (before / after ours)")
                 row(f"{big:,} at one instant", f"all fired in {drained:.1f} s, p99 {ms(pct(u3, 99))} at consumer "
-                    f"(commit {ms(pct(c3, 99))})", "all fired, p99 <= 4 s", len(c3) == big and pct(u3, 99) <= 4.0,
+                    f"(commit {ms(pct(c3, 99))})", "all fired, p99 <= 1.0 s, fire rate >= 0.8x bare SQL",
+                    len(c3) == big and pct(u3, 99) <= 1.0 and ours >= 0.8 * raw,
                     f"fire rate {ours:,.0f}/s = {ours / raw:.2f}x bare SQL ({raw:,.0f}/s)")
     finally:
         await conn.execute(ANALYZE_AGAIN)
@@ -798,25 +860,6 @@ async def wait_empty_queue(conn: asyncpg.Connection, queue: str, timeout: float,
         if time.perf_counter() - t0 > timeout:
             raise TimeoutError(queue)
         await asyncio.sleep(0.02)
-
-
-async def raw_burst(dsn: str, n: int, batch: int = 1000) -> float:
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute(ENSURE_TENANT, "raw")
-        at = await conn.fetchval("SELECT now() - interval '1 s'")
-        await conn.execute(SEED, "raw", "burst", "r", at, n, True)
-        await conn.execute("VACUUM ANALYZE queen_timers")
-        t0 = time.perf_counter()
-        done = 0
-        while done < n:
-            got = await conn.fetchval(RAW_FIRE, "raw", batch) or 0
-            if not got:
-                break
-            done += got
-        return done / (time.perf_counter() - t0)
-    finally:
-        await conn.close()
 
 
 async def bench_tenants(url: str, conn: asyncpg.Connection, n: int = 100_000, rate: int = 50) -> None:
@@ -985,7 +1028,7 @@ async def main() -> None:
     ap.add_argument("--only", nargs="*", default=None,
                     help="scenarios: schedule flat ops sustained bursts scale tenants profile breadth")
     ap.add_argument("--burst", type=int, default=100_000, help="size of the big burst (and of the tenants scenario's)")
-    ap.add_argument("--flat-total", type=int, default=1_000_000, help="timers ingested by the flat scenario")
+    ap.add_argument("--flat-total", type=int, default=10_000_000, help="timers ingested by the flat scenario")
     ap.add_argument("--scale-max", type=int, default=1_000_000, help="largest pending level of the scale curve")
     ap.add_argument("--scale-seconds", type=float, default=10.0, help="steady seconds at each scale level")
     ap.add_argument("--bursts", default="1k,20k,100k",
@@ -994,7 +1037,7 @@ async def main() -> None:
     ap.add_argument("--deadline", type=float, default=3600.0, help="stop everything after this many seconds")
     ap.add_argument("--seed-unready", action="store_true",
                     help="seed bursts with payload_ready false (packed in Python) instead of as a schedule stores them")
-    ap.add_argument("--consumer", nargs=2, metavar=("URL", "QUEUE"), help=argparse.SUPPRESS)
+    ap.add_argument("--consumer", nargs=3, metavar=("URL", "QUEUE", "CLIENT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.consumer:
         await consumer_main(*args.consumer)
@@ -1030,7 +1073,7 @@ async def run(args: argparse.Namespace) -> None:
         if "schedule" in wanted:
             await bench_schedule(b.url, raw_dsn)
         if "ops" in wanted:
-            await bench_ops(b.url, args.ops_seconds)
+            await bench_ops(b.url, raw_dsn, args.ops_seconds)
         if "sustained" in wanted:
             await bench_sustained(b.url, conn, raw_dsn, args.duration)
         if "bursts" in wanted:

@@ -211,14 +211,15 @@ def plot_capacity(out: Path, steps: list[dict[str, Any]], slo_ms: float) -> Path
     a1.legend(fontsize=8)
     a1.grid(True, alpha=0.3)
     for q in ("p50_ms", "p99_ms"):
-        a2.plot(x, [s["fire_lag"].get(q) or math.nan for s in steps], "o-", label=f"fire lag {q[:-3]}")
+        a2.plot(x, [s["delivery_lag"].get(q) or math.nan for s in steps], "o-", label=f"delivery lag {q[:-3]}")
+    a2.plot(x, [s["fire_lag"].get("p99_ms") or math.nan for s in steps], "x:", label="fire lag p99 (at the commit)")
     a2.axhline(slo_ms, color="r", linestyle="--", linewidth=1, label=f"SLO p99 {slo_ms:g} ms")
     a2.set_xlabel("target timers/s")
     a2.set_ylabel("ms")
     a2.set_yscale("log")
     a2.legend(fontsize=8)
     a2.grid(True, alpha=0.3)
-    fig.suptitle("capacity: schedule rate stepped up until the fire-lag SLO or the rate breaks")
+    fig.suptitle("capacity: schedule rate stepped up until the delivery-lag SLO or the rate breaks")
     path = out / "capacity.png"
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -345,10 +346,16 @@ def _verdict(kind: str, s: dict[str, Any]) -> str:
     if kind == "capacity":
         held, broke, slo = s.get("highest_rate_held"), s.get("broke_at"), s.get("slo_p99_ms")
         if held is not None:
-            text = (f"Capacity at the SLO: <b>{held:g} timers/s</b> held fire-lag p99 &le; {slo:g} ms "
-                    f"with schedule and fire rates within {s.get('hold_fraction', 0):.0%} of the target.")
+            text = (f"Capacity at the SLO: <b>{held:g} timers/s</b> held delivery-lag p99 &le; {slo:g} ms at the "
+                    f"long-polling consumers, with schedule and fire rates within {s.get('hold_fraction', 0):.0%} of "
+                    "the target.")
         else:
-            text = f"<b>No step held the SLO</b> (fire-lag p99 &le; {slo:g} ms)."
+            text = f"<b>No step held the SLO</b> (delivery-lag p99 &le; {slo:g} ms at the consumers)."
+        if s.get("target_rate"):
+            text += (f" Target {s['target_rate']:g} timers/s: <b>{'met' if s.get('target_met') else 'missed'}</b>.")
+        if s.get("bare_fire_rate"):
+            text += f" Bare-SQL fire rate of the server: {s['bare_fire_rate']:,} timers/s"
+            text += f" (held {s['held_vs_bare']:.2f}x of it)." if s.get("held_vs_bare") is not None else "."
         if broke:
             text += f" It broke at {broke['target_rate']:g}/s: {_e('; '.join(broke['reasons']))}."
         elif held is not None:

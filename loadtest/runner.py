@@ -25,11 +25,9 @@ import argparse
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -45,7 +43,7 @@ LOCUST_SCENARIOS = {
     "push_pop": {"file": "push_pop.py", "users": 6, "duration": 30},
 }
 SCENARIOS = (*LOCUST_SCENARIOS, "outage_deadlines", "capacity", "recurring", "failover", "cells_move")
-DEFAULT_CAPACITY_RATES = (100, 250, 500, 750, 1000, 1500, 2000, 3000, 4000, 6000)
+DEFAULT_CAPACITY_RATES = (100, 250, 500, 1000, 2000, 4000, 6000, 8000, 10000, 12500, 15000, 20000)
 
 
 # What each scenario cannot run without (push_pop needs only the core wire).
@@ -115,22 +113,29 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
 
 # ---- the broker under test
 @contextlib.contextmanager
-def target(url: str | None, broker_workers: int, log_dir: Path, env: dict[str, str] | None = None) -> Iterator[str]:
-    """Yield the URL to load: the one given, or a local broker started (and stopped) for this run."""
+def target(url: str | None, broker_workers: int, log_dir: Path, env: dict[str, str] | None = None,
+           server: list[str] | None = None) -> Iterator[str]:
+    """Yield the URL to load: the one given, or a local broker started (and stopped) for this run on an
+    embedded PostgreSQL this runner starts; then ``server`` (when given) gets that server's admin DSN, for
+    the bare-SQL baseline of ``capacity``."""
     if url:
         yield url.rstrip("/")
         return
     from broker.process.localserver import LocalBroker
+    from broker.store import embedded
 
-    data = Path(tempfile.mkdtemp(prefix="queen-loadtest-"))
-    b = LocalBroker(data_dir=data, workers=broker_workers, log_path=log_dir / "broker.log", env=env)
-    print(f"loadtest: starting a local broker ({broker_workers} workers, embedded PostgreSQL in {data})", flush=True)
+    emb = embedded.start_scratch("queen-loadtest-")  # stop() deletes its directory
+    print(f"loadtest: starting a local broker ({broker_workers} workers, embedded PostgreSQL in {emb.scratch})",
+          flush=True)
+    if server is not None:
+        server.append(emb.dsn())
+    b = LocalBroker(dsn=emb.dsn(), workers=broker_workers, log_path=log_dir / "broker.log", env=env)
     try:
         b.start(timeout=120)
         yield b.url
     finally:
         b.stop()
-        shutil.rmtree(data, ignore_errors=True)
+        emb.stop()
 
 
 # ---- one Locust run
@@ -346,6 +351,24 @@ def backlog_line(s: dict[str, Any]) -> str:
             f"grew by {s['backlog_growth']} messages")
 
 
+def step_reasons(s: dict[str, Any], rate: float, slo_p99_ms: float, hold_fraction: float) -> list[str]:
+    """Why a capacity step broke (empty: it held). Judged where the user is, at the long-polling
+    consumers: the delivery-lag p99; then the achieved schedule and fire rates against the target."""
+    reasons = []
+    deliv = s["delivery_lag"].get("p99_ms")
+    if s["fire_lag"].get("p99_ms") is None:
+        reasons.append("no timer fired")
+    elif deliv is None:
+        reasons.append("no timer reached the consumers")
+    elif deliv > slo_p99_ms:
+        reasons.append(f"delivery-lag p99 {deliv:g} ms > SLO {slo_p99_ms:g} ms")
+    if s["schedule_rate"] < hold_fraction * rate:
+        reasons.append(f"scheduled {s['schedule_rate']:g}/s < {hold_fraction:.0%} of target")
+    if s["fire_rate"] < hold_fraction * rate:
+        reasons.append(f"fired {s['fire_rate']:g}/s < {hold_fraction:.0%} of target")
+    return reasons
+
+
 def _capacity_step(args: argparse.Namespace, url: str, out: Path, rate: float, attempt: int) -> dict[str, Any]:
     step_out = out / (f"step-{int(rate)}" + (f"-retry{attempt}" if attempt else ""))
     step_out.mkdir(parents=True, exist_ok=True)
@@ -354,16 +377,7 @@ def _capacity_step(args: argparse.Namespace, url: str, out: Path, rate: float, a
     load_start = os.getloadavg()
     rc = run_locust("timers_lag", url, users, args.step_duration, step_out, extra)
     s = summarize_timers_lag(step_out, rate, args.step_duration, args.window_ms)
-    p99 = s["fire_lag"].get("p99_ms")
-    reasons = []
-    if p99 is None:
-        reasons.append("no timer fired")
-    elif p99 > args.slo_p99_ms:
-        reasons.append(f"fire-lag p99 {p99:g} ms > SLO {args.slo_p99_ms:g} ms")
-    if s["schedule_rate"] < args.hold_fraction * rate:
-        reasons.append(f"scheduled {s['schedule_rate']:g}/s < {args.hold_fraction:.0%} of target")
-    if s["fire_rate"] < args.hold_fraction * rate:
-        reasons.append(f"fired {s['fire_rate']:g}/s < {args.hold_fraction:.0%} of target")
+    reasons = step_reasons(s, rate, args.slo_p99_ms, args.hold_fraction)
     step = {"target_rate": rate, "attempt": attempt + 1, "users": users, "locust_exit_code": rc, "held": not reasons,
             "reasons": reasons, **{k: s[k] for k in ("schedule_rate", "fire_rate", "scheduled", "fired", "fire_lag",
                                                     "delivery_lag", "sweep_cycle", "schedule_failures")},
@@ -371,6 +385,7 @@ def _capacity_step(args: argparse.Namespace, url: str, out: Path, rate: float, a
     fl, sc = s["fire_lag"], s["sweep_cycle"]
     print(f"capacity: {rate:>7g}/s{' (again)' if attempt else ''}  scheduled {s['schedule_rate']:>8g}/s  "
           f"fired {s['fire_rate']:>8g}/s  fire lag p50 {fl.get('p50_ms')} p99 {fl.get('p99_ms')} ms  "
+          f"delivery lag p99 {s['delivery_lag'].get('p99_ms')} ms  "
           f"sweep cycle p99 {sc.get('p99_ms')} ms  load {step['machine']['loadavg_1m_end']}  "
           f"-> {'held' if not reasons else 'BROKE: ' + '; '.join(reasons)}",
           flush=True)
@@ -378,8 +393,32 @@ def _capacity_step(args: argparse.Namespace, url: str, out: Path, rate: float, a
 
 
 # ---- capacity
-def capacity(args: argparse.Namespace, url: str, out: Path) -> dict[str, Any]:
+BARE_FIRE_ROWS = 20_000
+
+
+def bare_fire(server: str | None) -> float | None:
+    """The bare-SQL fire rate (timers/s) of the broker's PostgreSQL server, in a scratch migrated database:
+    due rows locked, deleted and pushed into the log 1,000 a statement on one connection
+    (bench/baseline.py). None without a server DSN."""
+    if not server:
+        return None
+    import asyncio
+
+    from bench.baseline import bare_fire_rate
+    from bench.db import new_migrated_db
+
+    async def go() -> float:
+        return await bare_fire_rate(await new_migrated_db(server, "capacity_bare"), BARE_FIRE_ROWS)
+
+    return asyncio.run(go())
+
+
+def capacity(args: argparse.Namespace, url: str, out: Path, server: str | None = None) -> dict[str, Any]:
     rates = [float(x) for x in args.rates.split(",")] if args.rates else list(DEFAULT_CAPACITY_RATES)
+    bare = bare_fire(args.bare_dsn or server)
+    if bare is not None:
+        print(f"capacity: bare-SQL fire rate of this server {bare:,.0f} timers/s ({BARE_FIRE_ROWS:,} due rows, "
+              "1,000 a statement, one connection)", flush=True)
     steps: list[dict[str, Any]] = []
     held: dict[str, Any] | None = None
     broke: dict[str, Any] | None = None
@@ -395,8 +434,12 @@ def capacity(args: argparse.Namespace, url: str, out: Path) -> dict[str, Any]:
             broke = step
             break
         held = step
+    best = held["target_rate"] if held else None
     result = {"slo_p99_ms": args.slo_p99_ms, "hold_fraction": args.hold_fraction, "step_duration_s": args.step_duration,
-              "highest_rate_held": held["target_rate"] if held else None, "broke_at": broke, "steps": steps, "url": url}
+              "highest_rate_held": best, "broke_at": broke, "steps": steps, "url": url,
+              "target_rate": args.target_rate, "target_met": best is not None and best >= args.target_rate,
+              "bare_fire_rate": round(bare) if bare is not None else None,
+              "held_vs_bare": round(best / bare, 3) if best is not None and bare else None}
     plot = report.plot_capacity(out, steps, args.slo_p99_ms)
     result["plots"] = [str(plot)] if plot else []
     result["machine"] = machine(args.load_start)
@@ -409,10 +452,14 @@ def capacity(args: argparse.Namespace, url: str, out: Path) -> dict[str, Any]:
     print(report.format_table(["target/s", "scheduled/s", "fired/s", "fire p50 ms", "fire p99 ms", "deliv p99 ms",
                                "cycle p99 ms", ""], rows))
     if held:
-        print(f"\nhighest schedule rate that held the SLO (fire-lag p99 <= {args.slo_p99_ms:g} ms, rates within "
-              f"{args.hold_fraction:.0%}): {held['target_rate']:g} timers/s")
+        print(f"\nhighest schedule rate that held the SLO (delivery-lag p99 at the consumers <= {args.slo_p99_ms:g} ms, "
+              f"rates within {args.hold_fraction:.0%}): {held['target_rate']:g} timers/s")
     else:
-        print(f"\nno step held the SLO (fire-lag p99 <= {args.slo_p99_ms:g} ms)")
+        print(f"\nno step held the SLO (delivery-lag p99 at the consumers <= {args.slo_p99_ms:g} ms)")
+    print(f"target: >= {args.target_rate:g} timers/s held: {'MET' if result['target_met'] else 'missed'}"
+          + (f"; held {result['held_vs_bare']:.2f}x the bare-SQL fire rate ({bare:,.0f}/s)"
+             if result["held_vs_bare"] is not None and bare else
+             "" if bare else "; bare-SQL fire rate n/a (give --bare-dsn, the broker's PostgreSQL server)"))
     if broke:
         print(f"broke at {broke['target_rate']:g}/s: {'; '.join(broke['reasons'])}")
     elif held:
@@ -480,7 +527,13 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--broker-workers", type=int, default=2, help="worker processes of the local broker")
     ap.add_argument("--window-ms", type=int, default=2000, help="timers_lag/capacity: delays spread over this window")
     # capacity
-    ap.add_argument("--slo-p99-ms", type=float, default=50.0, help="capacity: fire-lag p99 SLO")
+    ap.add_argument("--slo-p99-ms", type=float, default=50.0,
+                    help="capacity: SLO on the delivery-lag p99 at the long-polling consumers (fire lag is shown beside)")
+    ap.add_argument("--target-rate", type=float, default=15000.0,
+                    help="capacity: the rate the run is judged against (printed MET or missed)")
+    ap.add_argument("--bare-dsn", default=None,
+                    help="capacity: admin DSN of the broker's PostgreSQL server, for the bare-SQL fire rate printed "
+                         "beside the result (default: the embedded server of a broker this runner starts)")
     ap.add_argument("--rates", default="", help="capacity: comma-separated rates to step through")
     ap.add_argument("--step-duration", type=float, default=20.0, help="capacity: seconds per step")
     ap.add_argument("--confirm", type=int, default=1, help="capacity: re-run a breaking step this many times before it counts")
@@ -545,7 +598,8 @@ def main(argv: list[str] | None = None) -> int:
         args.jwt_secret = uuid.uuid4().hex + uuid.uuid4().hex  # the local broker authenticates: one tenant per token
     if args.scenario == "recurring" and not args.url:
         env = {"QUEEN_JWT_SECRET": args.jwt_secret}
-    with target(args.url, args.broker_workers, out, env) as url:
+    server: list[str] = []
+    with target(args.url, args.broker_workers, out, env, server) as url:
         missing = missing_features(args.scenario, url)
         for feature, evidence in missing.items():
             # one line, then what can run: a scenario that is nothing but this feature cannot
@@ -559,7 +613,7 @@ def main(argv: list[str] | None = None) -> int:
             result = run_recurring(args, url, out)
             return 0 if result["missed"] == 0 and result["doubles"] == 0 else 1
         if args.scenario == "capacity":
-            result = capacity(args, url, out)
+            result = capacity(args, url, out, server[0] if server else None)
             return 0 if result["steps"] else 1
         if args.scenario == "failover":
             result = run_failover(args, url, out)

@@ -28,6 +28,20 @@ def test_backlog_verdict_judges_whether_consumers_kept_up() -> None:
     assert runner.backlog_verdict({"items": 0}, {}, 10.0)["consumers_kept_up"] is True
 
 
+def test_a_capacity_step_is_judged_on_delivery_lag_at_the_consumers() -> None:
+    def step(fire_p99: float | None, deliv_p99: float | None, scheduled: float = 1000, fired: float = 1000) -> dict[str, Any]:
+        return {"fire_lag": {"p99_ms": fire_p99}, "delivery_lag": {"p99_ms": deliv_p99},
+                "schedule_rate": scheduled, "fire_rate": fired}
+
+    # a fire lag well inside the SLO does not hold the step when the consumers receive late
+    assert runner.step_reasons(step(8.0, 75.0), 1000, 50, 0.95) == ["delivery-lag p99 75 ms > SLO 50 ms"]
+    assert runner.step_reasons(step(40.0, 49.0), 1000, 50, 0.95) == []
+    assert runner.step_reasons(step(5.0, None), 1000, 50, 0.95) == ["no timer reached the consumers"]
+    assert runner.step_reasons(step(None, None), 1000, 50, 0.95) == ["no timer fired"]
+    assert runner.step_reasons(step(5.0, 10.0, scheduled=900, fired=800), 1000, 50, 0.95) == [
+        "scheduled 900/s < 95% of target", "fired 800/s < 95% of target"]
+
+
 def test_push_pop_verdict_is_red_when_the_backlog_grows() -> None:
     s: dict[str, Any] = {"push_msgs_per_s": 1489, "pop_msgs_per_s": 381, "ack_msgs_per_s": 381, "failures": [],
                          **runner.backlog_verdict({"items": 14_890}, {"items": 3_810}, 10.0)}

@@ -10,6 +10,7 @@ import csv
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -113,13 +114,17 @@ def test_distributed_master_and_two_workers(broker: LocalBroker, tmp_path: Path)
 
 
 @pytest.mark.browser
-def test_capacity_steps_the_rate(broker: LocalBroker, tmp_path: Path) -> None:
+def test_capacity_steps_the_rate(broker: LocalBroker, pg: Any, tmp_path: Path) -> None:
     rc = runner.main(["capacity", "--url", broker.url, "--rates", "50,100", "--step-duration", "5", "--window-ms", "500",
-                      "--slo-p99-ms", "5000", "--hold-fraction", "0.5", "--out", str(tmp_path)])
+                      "--slo-p99-ms", "5000", "--hold-fraction", "0.5", "--bare-dsn", pg.admin_dsn, "--out", str(tmp_path)])
     assert rc == 0
     s = _summary(tmp_path)
     assert [st["target_rate"] for st in s["steps"]] == [50.0, 100.0]
     assert s["highest_rate_held"] == 100.0 and s["broke_at"] is None
+    assert all(st["delivery_lag"]["p99_ms"] is not None for st in s["steps"])  # what each step was judged on
+    # judged against the default target, and set beside the bare-SQL fire rate of the same server
+    assert s["target_rate"] == 15000 and s["target_met"] is False
+    assert s["bare_fire_rate"] > 0 and s["held_vs_bare"] == round(100 / s["bare_fire_rate"], 3)
     assert (tmp_path / "capacity.png").exists()
     verdict = look_at_report(tmp_path, "capacity", plots=1)
     assert "Capacity at the SLO: 100 timers/s" in verdict
