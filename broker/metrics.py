@@ -42,6 +42,10 @@ COALESCED_JOBS = Histogram(
     "queen_coalesced_requests", "Requests answered by one shared database call (group commit), by kind", ["kind"],
     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
 )
+CONFLICT_RETRIES = Counter(
+    "queen_db_conflict_retries_total",
+    "Statements run again after the database aborted them to resolve a deadlock or serialization failure",
+)
 POP_WAKE = Histogram("queen_pop_wake_seconds", "Long-poll wake-up latency (notify to answer)", buckets=LATENCY_BUCKETS)
 
 TIMERS_FIRE_LAG = Histogram(

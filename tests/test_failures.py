@@ -3,6 +3,8 @@ broken between two protocol steps, a retry request) is a 503 with one stable rea
 
 from __future__ import annotations
 
+import asyncio
+
 import asyncpg
 import pytest
 from aiohttp import web
@@ -10,7 +12,14 @@ from aiohttp.test_utils import TestClient, TestServer
 from asyncpg import exceptions as pgx
 
 from broker.app import error_middleware
-from broker.store.failures import DB_FAILURE, database_error, failure_class
+from broker.metrics import CONFLICT_RETRIES
+from broker.store.failures import (
+    CONFLICT_ATTEMPTS,
+    DB_FAILURE,
+    database_error,
+    failure_class,
+    retry_conflicts,
+)
 
 SHUTDOWN_FAILURES = [
     pgx.InternalClientError("cannot switch to state 12; another operation (2) is in progress"),
@@ -143,3 +152,54 @@ def test_failure_classes():
     assert [failure_class(_Answered(s)) for s in ("40001", "40P01", "08006", "53200", "57014")] == ["transient"] * 5
     assert [failure_class(_Answered(s)) for s in ("25006", "57P03")] == ["transient"] * 2  # a standby answered
     assert [failure_class(_Answered(s)) for s in ("23505", "22P02", "P0001")] == ["permanent"] * 3
+
+
+async def test_a_statement_the_database_chose_as_a_deadlock_victim_is_run_again(pg):
+    """A real deadlock: a transaction holds row 1 and then asks for row 2 while one statement (its own
+    transaction, run through ``retry_conflicts``) holds row 2 and waits for row 1. The database aborts
+    the waiter whose deadlock_timeout runs out once the cycle exists (the statement's 1 s, against the
+    holder's 10 s); it is run again, waits for the transaction to commit, and succeeds: the caller never
+    sees the deadlock."""
+    dsn = pg.new_db()
+    holder, other = await asyncpg.connect(dsn), await asyncpg.connect(dsn)
+    try:
+        await holder.execute("CREATE TABLE dl (id int PRIMARY KEY, v int); INSERT INTO dl VALUES (1, 0), (2, 0)")
+        await holder.execute("SET deadlock_timeout = '10s'")  # so the statement, not the holder, is the victim
+        await other.execute("SET deadlock_timeout = '1s'")
+        tx = holder.transaction()
+        await tx.start()
+        await holder.execute("UPDATE dl SET v = v + 1 WHERE id = 1")
+        runs = []
+
+        async def statement() -> str:
+            runs.append(1)  # row 2 first, then row 1: the opposite order of the holder
+            return await other.execute(
+                "WITH a AS (UPDATE dl SET v = v + 10 WHERE id = 2 RETURNING 1) "
+                "UPDATE dl SET v = v + 10 WHERE id = 1 AND (SELECT count(*) FROM a) = 1")
+
+        before = CONFLICT_RETRIES._value.get()
+        task = asyncio.ensure_future(retry_conflicts(statement))
+        await asyncio.sleep(0.3)  # the statement holds row 2 and waits for row 1
+        # the cycle: the holder asks for row 2; at the statement's deadlock_timeout the database aborts it,
+        # the holder gets row 2, and the statement's rerun waits for row 1 until the holder commits
+        await asyncio.wait_for(holder.execute("UPDATE dl SET v = v + 1 WHERE id = 2"), 5)
+        await tx.commit()
+        assert await asyncio.wait_for(task, 10) == "UPDATE 1"
+        assert len(runs) == 2 and CONFLICT_RETRIES._value.get() == before + 1
+        assert [r["v"] for r in await holder.fetch("SELECT v FROM dl ORDER BY id")] == [11, 11]
+    finally:
+        await holder.close()
+        await other.close()
+
+
+async def test_a_conflict_that_keeps_coming_back_is_answered_503_after_the_last_attempt():
+    calls = []
+
+    async def always() -> None:
+        calls.append(1)
+        raise pgx.DeadlockDetectedError("deadlock detected")
+
+    with pytest.raises(pgx.DeadlockDetectedError):
+        await retry_conflicts(always)
+    assert len(calls) == CONFLICT_ATTEMPTS
+    assert database_error(pgx.DeadlockDetectedError("d")).reason == "database_conflict"

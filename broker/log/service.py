@@ -29,7 +29,7 @@ from broker.log.parse import AckItem, PushItem
 from broker.log.waiters import Waiters
 from broker.metrics import MESSAGES_ACKED, MESSAGES_EXPIRED, MESSAGES_POPPED, MESSAGES_PUSHED
 from broker.payloads import Sealed, open_, seal
-from broker.store.failures import DB_DOWN
+from broker.store.failures import DB_DOWN, retry_conflicts
 from broker.store.pool import Conn
 from broker.store.queries import Q
 
@@ -144,10 +144,15 @@ class LogService:
         return [render.push_result(i, it.queue, r["txn"], r) for i, (it, r) in enumerate(zip(items, rows, strict=True))]
 
     async def _push_alone(self, principal: Principal, items: list[PushItem]) -> list[dict[str, Any]]:
-        """One request's push in one statement (its own transaction); re-sealed and retried when a
-        queue's encryption setting changed under the cached view. The items of a queue whose maxSize
-        the push would exceed answer ``failed`` (``queue_full``) and the rest is pushed again without
-        them (a second statement only in that case)."""
+        """One request's push in one statement (its own transaction), run again when the database broke
+        a deadlock with it (``retry_conflicts``: nothing of it committed)."""
+        return await retry_conflicts(lambda: self._push_once(principal, items))
+
+    async def _push_once(self, principal: Principal, items: list[PushItem]) -> list[dict[str, Any]]:
+        """``_push_alone``'s one attempt; re-sealed and retried when a queue's encryption setting changed
+        under the cached view. The items of a queue whose maxSize the push would exceed answer ``failed``
+        (``queue_full``) and the rest is pushed again without them (a second statement only in that
+        case)."""
         pool = self.b.require_pool()
         tenant = principal.tenant
         ids = _ids(items)
@@ -445,8 +450,15 @@ class LogService:
         }, None
 
     async def _pop_alone(self, pop: Pop) -> list[asyncpg.Record]:
-        async with self.b.require_pool().acquire() as conn:
-            return list(await conn.fetch(Q.log_pop, *pop.args()))
+        """One pop in one statement; run again when the database broke a deadlock with it (a gathered
+        pop creating a new partition's cursors in several calls of one transaction can meet a pop or a
+        push creating the same ones in another order): nothing of it committed."""
+
+        async def once() -> list[asyncpg.Record]:
+            async with self.b.require_pool().acquire() as conn:
+                return list(await conn.fetch(Q.log_pop, *pop.args()))
+
+        return await retry_conflicts(once)
 
     async def _pop_group(self, tenant: str, jobs: list[Pop]) -> list[Any]:
         """The pop coalescer's call: every job's ``queen_pop`` in ONE statement (``log_pop_many``: one

@@ -26,13 +26,18 @@ middleware, the KV routes, ``/health``): one stable ``reason``, the exception's 
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
 import asyncpg
 from asyncpg import exceptions as pgx
 
 from broker.errors import Unavailable
+from broker.metrics import CONFLICT_RETRIES
 from broker.store.pool import drop_stale
 
 FROZEN_SQLSTATE = "57Q01"
+T = TypeVar("T")
 
 
 class TenantFrozenError(pgx.OperatorInterventionError):
@@ -58,6 +63,23 @@ DB_DOWN: tuple[type[BaseException], ...] = (
 )
 DB_RETRY: tuple[type[BaseException], ...] = (asyncpg.SerializationError, asyncpg.DeadlockDetectedError)
 DB_FAILURE: tuple[type[BaseException], ...] = DB_RETRY + DB_DOWN
+CONFLICT_ATTEMPTS = 3
+
+
+async def retry_conflicts(call: Callable[[], Awaitable[T]], attempts: int = CONFLICT_ATTEMPTS) -> T:
+    """Run ``call`` (one statement that is its own transaction) again when the database aborted it to
+    resolve a conflict (``DB_RETRY``: a deadlock between concurrent pops and pushes creating a queue's
+    partitions and cursors, a serialization failure): nothing of it committed, so running it again is the
+    same request, and the caller never sees the conflict. The last attempt's failure propagates (503
+    ``database_conflict``)."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return await call()
+        except DB_RETRY:
+            if attempt == attempts:
+                raise
+            CONFLICT_RETRIES.inc()
+    raise AssertionError("unreachable")
 
 DOWN_REASON = "database_unavailable"
 FROZEN_REASON = "tenant_frozen"
