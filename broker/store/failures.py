@@ -81,6 +81,7 @@ async def retry_conflicts(call: Callable[[], Awaitable[T]], attempts: int = CONF
             CONFLICT_RETRIES.inc()
     raise AssertionError("unreachable")
 
+
 DOWN_REASON = "database_unavailable"
 FROZEN_REASON = "tenant_frozen"
 RETRY_REASON = "database_conflict"
