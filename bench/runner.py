@@ -4,7 +4,7 @@
     queen bench -- -k crypto        (through the ``queen`` CLI, options go after ``--``)
     queen bench shapes [--quick] [--cpp-bin PATH] ...   (the reference broker's axes, bench/bench_shapes.py)
 
-Runs ``pytest bench --benchmark-json=PATH`` (default ``.benchmarks/bench-<time>.json``) in a child
+Runs ``pytest -n 0 bench --benchmark-json=PATH`` (default ``.benchmarks/bench-<time>.json``) in a child
 process with this interpreter; the terminal report ends with each bench's ratio against the baseline
 measured in the same run (see bench/conftest.py). ``queen bench shapes`` runs instead the side-by-side
 bench of bench/bench_shapes.py (its own options; ``queen bench shapes --help``) in this process.
@@ -22,8 +22,11 @@ HERE = Path(__file__).resolve().parent
 
 
 def build_command(json_path: Path, k: str | None, extra: list[str]) -> list[str]:
-    cmd = [sys.executable, "-m", "pytest", str(HERE), "-q", "-p", "no:cacheprovider", f"--benchmark-json={json_path}",
-           "--benchmark-columns=min,mean,median,max,ops,rounds", "--benchmark-sort=name", "-o", "testpaths=bench"]
+    # -n 0: one process. The checkout's pytest options spread the TESTS over two processes (pyproject's
+    # addopts), and pytest-benchmark switches itself off under pytest-xdist: benches must time alone.
+    cmd = [sys.executable, "-m", "pytest", str(HERE), "-q", "-p", "no:cacheprovider", "-n", "0",
+           f"--benchmark-json={json_path}", "--benchmark-columns=min,mean,median,max,ops,rounds",
+           "--benchmark-sort=name", "-o", "testpaths=bench"]
     if k:
         cmd += ["-k", k]
     return cmd + extra

@@ -32,13 +32,14 @@ def test_ratios_pair_baseline_and_ours_per_group() -> None:
 def test_runner_command_writes_json_and_passes_options(tmp_path: Path) -> None:
     cmd = runner.build_command(tmp_path / "b.json", "crypto", ["-x"])
     assert cmd[:3] == [sys.executable, "-m", "pytest"]
+    assert cmd[cmd.index("-n") + 1] == "0"  # benches time in one process (pytest-benchmark is off under xdist)
     assert f"--benchmark-json={tmp_path / 'b.json'}" in cmd
     assert cmd[cmd.index("-k") + 1] == "crypto" and cmd[-1] == "-x"
 
 
 @pytest.mark.timeout(60)
 def test_bench_files_are_collected_but_not_by_the_default_run() -> None:
-    out = subprocess.run([sys.executable, "-m", "pytest", "bench", "--collect-only", "-q", "-p", "no:cacheprovider"],
+    out = subprocess.run([sys.executable, "-m", "pytest", "bench", "-n", "0", "--collect-only", "-q", "-p", "no:cacheprovider"],
                          cwd=ROOT, capture_output=True, text=True, timeout=60).stdout
     for name in ("bench_codec.py::test_zstd_roundtrip_codec", "bench_crypto.py::test_aesgcm_roundtrip_keyring",
                  "bench_render.py::test_render_broker_wire", "bench_sweep.py::test_fire_sweeper_cycle",

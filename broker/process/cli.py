@@ -150,7 +150,7 @@ DELEGATES = (
 EXTRAS: dict[str, tuple[str, tuple[str, ...]]] = {
     "conformance": ("conformance", ("pytest", "httpx")),
     "loadtest": ("load", ("locust", "gevent", "matplotlib", "httpx")),
-    "bench": ("bench", ("pytest", "pytest_benchmark", "pytest_asyncio", "httpx", "psutil")),
+    "bench": ("bench", ("pytest", "pytest_benchmark", "pytest_asyncio", "httpx", "psutil", "xdist")),
     "docs": ("docs", ("mkdocs", "material")),
     # `queen cluster install` adds Patroni and psycopg itself (and Debian's etcd, PostgreSQL 15, HAProxy)
     "cluster": ("cluster", ("httpx",)),
