@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -39,12 +40,15 @@ def test_runner_command_writes_json_and_passes_options(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(60)
 def test_bench_files_are_collected_but_not_by_the_default_run() -> None:
-    out = subprocess.run([sys.executable, "-m", "pytest", "bench", "-n", "0", "--collect-only", "-q", "-p", "no:cacheprovider"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=60).stdout
+    # a pytest of its own: none of this session's PYTEST_* variables (xdist's worker id among them)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "bench", "-n", "0", "--collect-only", "-q", "-p",
+                           "no:cacheprovider"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    out = proc.stdout
     for name in ("bench_codec.py::test_zstd_roundtrip_codec", "bench_crypto.py::test_aesgcm_roundtrip_keyring",
                  "bench_render.py::test_render_broker_wire", "bench_sweep.py::test_fire_sweeper_cycle",
                  "bench_validation.py::test_validation_parse_ops"):
-        assert name in out, out[-2000:]
+        assert name in out, f"exit {proc.returncode}\n{out[-2000:]}\n{proc.stderr[-3000:]}"
     import tomllib
 
     assert tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["testpaths"] == ["tests"]
