@@ -39,6 +39,7 @@ from typing import Any
 import httpx
 
 from broker.process import apt as aptget
+from broker.process.pids import alive
 
 DEFAULT_DIR = "/tmp/queen-cluster"
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
@@ -211,37 +212,20 @@ def _spawn(cmd: list[str], log: Path, *, drop_root: bool = True, cwd: Path | Non
     return proc.pid
 
 
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child of this process counts as gone.
-    with contextlib.suppress(ChildProcessError):
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done == pid:
-            return False
-    return True
-
-
 def _stop_pid(pid: int | None, timeout_s: float = 15.0) -> None:
-    if not _alive(pid):
+    if not alive(pid):
         return
     assert pid is not None
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and _alive(pid):
+    while time.monotonic() < deadline and alive(pid):
         time.sleep(0.1)
-    if _alive(pid):
+    if alive(pid):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and _alive(pid):
+        while time.monotonic() < deadline and alive(pid):
             time.sleep(0.05)
 
 
@@ -407,7 +391,7 @@ class Cluster:
             with contextlib.suppress(httpx.HTTPError):
                 if self.http.get(f"{client}/health").status_code == 200:
                     return
-            if not _alive(st.etcd_pid):
+            if not alive(st.etcd_pid):
                 break
             time.sleep(0.2)
         raise ClusterError(f"etcd did not start: {self._tail(d / 'etcd.log')}")
@@ -463,12 +447,12 @@ class Cluster:
             rows.append({"name": node.name, "pg": f"127.0.0.1:{node.pg_port}", "api": node.api,
                          "role": m.get("role", "down"), "state": m.get("state", "unreachable"),
                          "timeline": m.get("timeline"), "patroni_pid": node.pid,
-                         "patroni": "running" if _alive(node.pid) else "stopped",
+                         "patroni": "running" if alive(node.pid) else "stopped",
                          "sync_standby": bool((m.get("replication_state") == "streaming") and m.get("sync_standby"))})
         return rows
 
     def running(self) -> bool:
-        return any(_alive(p) for p in [self.st.etcd_pid, self.st.haproxy_pid, *(n.pid for n in self.st.nodes)])
+        return any(alive(p) for p in [self.st.etcd_pid, self.st.haproxy_pid, *(n.pid for n in self.st.nodes)])
 
     def wait_port(self, port: int, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -574,7 +558,7 @@ class Cluster:
             _stop_pid(node.pid, 20)  # Patroni stops its PostgreSQL
         for node in st.nodes:  # a Patroni killed -9 leaves its server behind: stop that one too
             pm = _postmaster_pid(Path(st.dir) / node.name)
-            if pm is not None and _alive(pm):
+            if pm is not None and alive(pm):
                 _stop_pid(pm, 10)
         _stop_pid(st.etcd_pid, 10)
         self.http.close()

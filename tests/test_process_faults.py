@@ -13,18 +13,7 @@ import httpx
 from conftest import uniq
 
 from broker.process.localserver import LocalBroker
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is dead for our purpose
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
+from broker.process.pids import alive
 
 
 def test_kill_9_of_the_master_takes_the_workers_down(pg, tmp_path):
@@ -35,9 +24,9 @@ def test_kill_9_of_the_master_takes_the_workers_down(pg, tmp_path):
     os.kill(first.proc.pid, signal.SIGKILL)
     first.proc.wait(10)
     deadline = time.monotonic() + 15
-    while any(_alive(p) for p in workers) and time.monotonic() < deadline:
+    while any(alive(p) for p in workers) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not any(_alive(p) for p in workers), f"workers outlived their master:\n{first.tail()}"
+    assert not any(alive(p) for p in workers), f"workers outlived their master:\n{first.tail()}"
     second = LocalBroker(dsn=dsn, workers=2, port=first.port, log_path=tmp_path / "second.log")
     try:
         second.start(timeout=60)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.config import Settings
+from broker.process.pids import alive
 
 DEFAULT_DIR = ".queen-cells"
 UP_TIMEOUT_S = 180.0
@@ -67,22 +68,12 @@ def _state(base: Path) -> dict[str, Any] | None:
     return read_state(base)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def cmd_cells_up(args: argparse.Namespace, settings: Settings) -> int:
     from broker.cells.local import STATE_FILE
 
     base = Path(args.dir).resolve()
     st = _state(base)
-    if st and st.get("pid") and _alive(int(st["pid"])):
+    if st and st.get("pid") and alive(int(st["pid"])):
         print(f"queen cells: already up (pid {st['pid']}); `queen cells down --dir {args.dir}` first", file=sys.stderr)
         return 1
     base.mkdir(parents=True, exist_ok=True)
@@ -127,12 +118,12 @@ def cmd_cells_down(args: argparse.Namespace, _settings: Settings) -> int:
         print(f"queen cells: nothing up in {base}", file=sys.stderr)
         return 1
     pid = int(st["pid"])
-    if _alive(pid):
+    if alive(pid):
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + 60
-        while _alive(pid) and time.monotonic() < deadline:
+        while alive(pid) and time.monotonic() < deadline:
             time.sleep(0.2)
-        if _alive(pid):
+        if alive(pid):
             print(f"queen cells: pid {pid} still running after 60 s", file=sys.stderr)
             return 1
     (base / "state.json").unlink(missing_ok=True)
