@@ -16,7 +16,7 @@ import asyncio
 import base64
 import logging
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -187,24 +187,18 @@ async def apply(
     tenant = principal.tenant
     encrypting = await _encrypting_queues(conn, broker, tenant, ops)
     sweeper = _local_sweeper(broker, conn)
-    for attempt in (1, 2):
+    sent_at = 0.0
+
+    def statement() -> tuple[str, Sequence[Any]]:
+        nonlocal sent_at
         call = _call(broker, principal, ops, encrypting, check_switch=check_switch, notify=sweeper is None,
                      meter_period_s=metering.period_seconds() if meter else None)
-        query, args = call.query, call.args()
-        sent_at = asyncio.get_running_loop().time()
-        try:
-            if broker.keyring and conn.is_in_transaction():
-                # A savepoint, so the encryption retry below runs in a still usable transaction.
-                async with conn.transaction():
-                    rows = await conn.fetch(query, *args)
-            else:
-                rows = await conn.fetch(query, *args)
-            break
-        except asyncpg.PostgresError as exc:
-            queue = _queue_to_encrypt(exc, broker, attempt, in_transaction=in_transaction)
-            if queue is None:
-                raise
-            encrypting.add(queue)
+        args = call.args()
+        sent_at = asyncio.get_running_loop().time()  # when this attempt goes out (the local sweeper's wake)
+        return call.query, args
+
+    rows = await _fetch_sealed(conn, broker, encrypting, statement, in_transaction=in_transaction,
+                               savepoint=bool(broker.keyring))
     if sweeper is not None:
         _wake_local(broker, sweeper, ops, sent_at)
     out: list[dict[str, Any]] = []
@@ -260,6 +254,29 @@ async def _encrypting_queues(conn: Conn, broker: Broker, tenant: str, ops: Seque
     return {r["name"] for r in await conn.fetch(Q.timers_encrypting_queues, tenant, queues)}
 
 
+async def _fetch_sealed(
+    conn: Conn, broker: Broker, encrypting: set[str], statement: Callable[[], tuple[str, Sequence[Any]]], *,
+    in_transaction: bool, savepoint: bool,
+) -> list[asyncpg.Record]:
+    """Run an apply statement (``statement()`` builds it from ``encrypting`` as it stands); when the
+    database answers that a queue began encrypting (``_queue_to_encrypt``), add it and run it once more,
+    sealed. ``savepoint``: inside a transaction the statement runs in a savepoint, so the second attempt
+    finds the transaction still usable."""
+    for attempt in (1, 2):
+        query, args = statement()
+        try:
+            if savepoint and conn.is_in_transaction():
+                async with conn.transaction():
+                    return list(await conn.fetch(query, *args))
+            return list(await conn.fetch(query, *args))
+        except asyncpg.PostgresError as exc:
+            queue = _queue_to_encrypt(exc, broker, attempt, in_transaction=in_transaction)
+            if queue is None:
+                raise
+            encrypting.add(queue)
+    raise AssertionError("unreachable: the second attempt returns or raises")
+
+
 def _queue_to_encrypt(exc: asyncpg.PostgresError, broker: Broker, attempt: int, *, in_transaction: bool) -> str | None:
     """What an apply statement's refusal means: the answer it raises (scheduling switched off, the
     database's clock ahead, no key for a queue that encrypts), or the queue that began encrypting since
@@ -289,21 +306,13 @@ async def _apply_recur(
     """Recurring schedules, pauses and resumes: one statement (queen_timers_recur_apply and its meter)."""
     tenant = principal.tenant
     encrypting = await _encrypting_queues(conn, broker, tenant, ops)
-    for attempt in (1, 2):
+
+    def statement() -> tuple[str, Sequence[Any]]:
         call = _recur_call(broker, principal, ops, encrypting, check_switch,
                            metering.period_seconds() if meter else 0)
-        try:
-            if conn.is_in_transaction():
-                async with conn.transaction():  # a savepoint: the encryption retry needs a usable transaction
-                    rows = await conn.fetch(Q.timers_recur_apply, *call.args())
-            else:
-                rows = await conn.fetch(Q.timers_recur_apply, *call.args())
-            break
-        except asyncpg.PostgresError as exc:
-            queue = _queue_to_encrypt(exc, broker, attempt, in_transaction=in_transaction)
-            if queue is None:
-                raise
-            encrypting.add(queue)
+        return Q.timers_recur_apply, call.args()
+
+    rows = await _fetch_sealed(conn, broker, encrypting, statement, in_transaction=in_transaction, savepoint=True)
     out: list[dict[str, Any]] = []
     for op, row in zip(ops, rows, strict=True):
         status = status_of(row["status"])
