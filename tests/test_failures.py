@@ -170,9 +170,15 @@ async def test_a_statement_the_database_chose_as_a_deadlock_victim_is_run_again(
         await tx.start()
         await holder.execute("UPDATE dl SET v = v + 1 WHERE id = 1")
         runs = []
+        holder_has_row_2 = asyncio.Event()
 
         async def statement() -> str:
             runs.append(1)  # row 2 first, then row 1: the opposite order of the holder
+            if len(runs) > 1:
+                # the rerun starts once the holder got row 2: an aborted transaction's row is free at once,
+                # so on a busy machine a rerun could take row 2 before the woken holder does and make the
+                # same cycle again (a third run)
+                await holder_has_row_2.wait()
             return await other.execute(
                 "WITH a AS (UPDATE dl SET v = v + 10 WHERE id = 2 RETURNING 1) "
                 "UPDATE dl SET v = v + 10 WHERE id = 1 AND (SELECT count(*) FROM a) = 1")
@@ -183,6 +189,7 @@ async def test_a_statement_the_database_chose_as_a_deadlock_victim_is_run_again(
         # the cycle: the holder asks for row 2; at the statement's deadlock_timeout the database aborts it,
         # the holder gets row 2, and the statement's rerun waits for row 1 until the holder commits
         await asyncio.wait_for(holder.execute("UPDATE dl SET v = v + 1 WHERE id = 2"), 5)
+        holder_has_row_2.set()
         await tx.commit()
         assert await asyncio.wait_for(task, 10) == "UPDATE 1"
         assert len(runs) == 2 and CONFLICT_RETRIES._value.get() == before + 1
