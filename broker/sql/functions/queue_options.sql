@@ -48,7 +48,10 @@ $$;
 
 -- For an empty pop of a gated queue: the earliest future instant one of the group's free partitions
 -- with pending messages becomes servable (its head's delay or retry wait ends, or its windowBuffer
--- passes), so a long poll wakes then rather than at its timeout. NULL if none.
+-- passes), so a long poll wakes then rather than at its timeout. NULL if none. (cu.ready, migration
+-- 0027, lets it read only the cursors with something to hand out; a LANGUAGE sql body naming it is
+-- checked at its first call, not at CREATE, as the upgrade applies these files after older migrations.)
+SET LOCAL check_function_bodies = off;
 CREATE OR REPLACE FUNCTION queen_pop_ready_at(p_tenant text, p_queue text, p_partition text, p_group text,
                                               p_delay_s integer, p_window_s integer, p_retry_ms integer)
 RETURNS timestamptz
@@ -61,12 +64,13 @@ LANGUAGE sql STABLE AS $$
                    CASE WHEN p_window_s > 0 THEN p.last_push_at + p_window_s * interval '1 second' END) AS at
         FROM queen_cursors cu
         JOIN queen_partitions p ON p.tenant = cu.tenant AND p.id = cu.partition_id
-        WHERE cu.tenant = p_tenant AND cu.queue = p_queue AND cu.consumer_group = p_group
+        WHERE cu.tenant = p_tenant AND cu.queue = p_queue AND cu.consumer_group = p_group AND cu.ready
           AND (p_partition IS NULL OR p.name = p_partition)
           AND p.next_seq - 1 > cu.acked_seq
           AND (cu.lease_until IS NULL OR cu.lease_until <= now())) r
     WHERE r.at > now()
 $$;
+RESET check_function_bodies;
 
 -- maxSize: the queue's backlog, the messages of its partitions that the slowest of its consumer groups
 -- (queue mode included) has not passed yet. A partition that some group has no cursor on yet counts

@@ -38,7 +38,7 @@ LIMIT 10000;
 -- name: groups_delete
 -- Forget a group's positions ($3 NULL = on every queue of the tenant): its cursors, its per-message
 -- state. With $4 (deleteMetadata) its subscription rows go too; without, they stay (subscribed_at kept)
--- with cursor_count 0, so the next pop recreates cursors from the subscription. Returns the queues touched.
+-- with cursor_count and cursor_upto 0, so the next pop recreates cursors from the subscription. Returns the queues touched.
 WITH cur AS (
     DELETE FROM queen_cursors c
     WHERE c.tenant = $1 AND c.consumer_group = $2 AND ($3::text IS NULL OR c.queue = $3)
@@ -51,7 +51,7 @@ WITH cur AS (
     WHERE $4 AND g.tenant = $1 AND g.consumer_group = $2 AND ($3::text IS NULL OR g.queue = $3)
     RETURNING g.queue
 ), kept AS (
-    UPDATE queen_groups g SET cursor_count = 0
+    UPDATE queen_groups g SET cursor_count = 0, cursor_upto = 0
     WHERE NOT $4 AND g.tenant = $1 AND g.consumer_group = $2 AND ($3::text IS NULL OR g.queue = $3)
     RETURNING g.queue
 )
@@ -85,7 +85,8 @@ WITH grp AS (
     INSERT INTO queen_cursors AS c (tenant, partition_id, consumer_group, queue, acked_seq)
     SELECT $1, t.id, $2, $3, t.pos FROM target t, grp
     ON CONFLICT (tenant, partition_id, consumer_group) DO UPDATE
-    SET acked_seq = excluded.acked_seq, lease_id = NULL, lease_until = NULL, lease_end_seq = NULL
+    SET acked_seq = excluded.acked_seq, lease_id = NULL, lease_until = NULL, lease_end_seq = NULL,
+        ready = true  -- moved back, maybe: something to hand out again (migration 0027)
     RETURNING c.partition_id
 ), cnt AS (
     UPDATE queen_groups g SET cursor_count = (SELECT count(*) FROM target)

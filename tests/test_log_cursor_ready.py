@@ -1,0 +1,164 @@
+"""queen_cursors.ready (migration 0027): a pop's walk reads only the cursors with something to hand out,
+and no message is ever left behind a cursor marked drained. The invariant is kept by pushes (they mark
+their partitions' cursors ready under the partition row lock) and by autoAck pops (they mark a cursor
+drained only under the partition row FOR SHARE, reading next_seq after it): shown here with pushes and
+pops racing on real connections, then every message checked by id."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+
+import asyncpg
+from helpers import QUEUE_MODE as QM
+from helpers import sql_pop, sql_push
+from test_log_volume import TOUCHED
+
+from broker.log.calls import Pop, Push
+from broker.store.queries import Q
+
+T = "ready"
+
+
+async def drained_wrongly(conn: asyncpg.Connection) -> list[asyncpg.Record]:
+    """Cursors marked drained whose partition holds messages past them: must never exist."""
+    return await conn.fetch(
+        "SELECT c.partition_id, c.consumer_group, c.acked_seq, p.next_seq FROM queen_cursors c "
+        "JOIN queen_partitions p ON p.tenant = c.tenant AND p.id = c.partition_id "
+        "WHERE c.tenant = $1 AND NOT c.ready AND p.next_seq - 1 > c.acked_seq", T)
+
+
+async def test_a_pop_over_many_drained_partitions_reads_only_the_ones_with_messages(pg):
+    conn = await asyncpg.connect(pg.new_db())
+    try:
+        for i in range(600):
+            await sql_push(conn, T, "wide", [f"w{i}"], f"p{i}", payload=b"1")
+        got = 0
+        while msgs := await sql_pop(conn, T, "wide", batch=100, auto_ack=True):
+            got += len(msgs)
+        assert got == 600
+        assert await conn.fetchval("SELECT count(*) FROM queen_cursors WHERE tenant = $1 AND ready", T) == 0
+        for attempt in range(6):  # the later calls run on the plans the first ones cached
+            await sql_push(conn, T, "wide", [f"late{attempt}"], f"p{random.randrange(600)}", payload=b"1")
+            async with conn.transaction():
+                before = await conn.fetchval(TOUCHED)
+                msgs = await sql_pop(conn, T, "wide", batch=100, auto_ack=True)
+                touched = await conn.fetchval(TOUCHED) - before
+            assert [m["txn"] for m in msgs] == [f"late{attempt}"]
+            assert touched < 30, (attempt, touched)  # was every drained cursor before the walk found it
+        # an empty pop's answer reads no drained cursor either
+        async with conn.transaction():
+            before = await conn.fetchval(TOUCHED)
+            assert await sql_pop(conn, T, "wide", batch=100, auto_ack=True) == []
+            assert await conn.fetchval(TOUCHED) - before < 30
+        assert await drained_wrongly(conn) == []
+    finally:
+        await conn.close()
+
+
+async def test_below_the_threshold_cursors_stay_ready_and_pushes_never_wait_for_pops(pg):
+    """A queue of a few partitions keeps every cursor ready: its walk is short, and its pops take no
+    lock on a hot partition's row (queen.ready_min, 64 partitions)."""
+    conn = await asyncpg.connect(pg.new_db())
+    try:
+        for i in range(3):
+            await sql_push(conn, T, "narrow", [f"n{i}"], f"p{i}")
+        while await sql_pop(conn, T, "narrow", batch=10, auto_ack=True):
+            pass
+        assert await conn.fetchval("SELECT count(*) FILTER (WHERE ready) FROM queen_cursors WHERE tenant = $1", T) == 3
+    finally:
+        await conn.close()
+
+
+async def test_a_group_moved_back_is_ready_again(pg):
+    conn = await asyncpg.connect(pg.new_db())
+    try:
+        for i in range(100):
+            await sql_push(conn, T, "back", [f"b{i}"], f"p{i}")
+        while await sql_pop(conn, T, "back", batch=100, auto_ack=True):
+            pass
+        assert await conn.fetchval("SELECT count(*) FROM queen_cursors WHERE tenant = $1 AND ready", T) == 0
+        await conn.fetch(Q.groups_seek, T, QM, "back", False, await conn.fetchval("SELECT now() - interval '1 hour'"))
+        got = []
+        while msgs := await sql_pop(conn, T, "back", batch=100, auto_ack=True):
+            got += [m["txn"] for m in msgs]
+        assert sorted(got) == sorted(f"b{i}" for i in range(100))
+    finally:
+        await conn.close()
+
+
+async def test_racing_pushes_and_pops_never_strand_a_message(pg):
+    """Pushers (one partition a push, and batches over two partitions: the general path) and autoAck
+    pops of two groups race over 120 partitions; every pop is queue-wide, so a cursor wrongly marked
+    drained would hide its partition's messages from all of them. Every message is delivered exactly
+    once per group."""
+    dsn = pg.new_db()
+    setup = await asyncpg.connect(dsn)
+    await setup.execute("INSERT INTO queen_tenants (tenant) VALUES ($1) ON CONFLICT DO NOTHING", T)
+    parts = 120
+    pushed: list[str] = []
+    delivered: dict[str, list[str]] = {QM: [], "g2": []}
+    pushing = True
+
+    async def pusher(k: int) -> None:
+        conn = await asyncpg.connect(dsn)
+        rnd = random.Random(k)
+        try:
+            for i in range(250):
+                n = 2 if i % 5 == 0 else 1
+                txns = [f"k{k}-{i}-{j}" for j in range(n)]
+                push = Push(tenant=T, plain=[], queues=["race"] * n,
+                            partitions=[f"p{rnd.randrange(parts)}" for _ in range(n)],
+                            ids=[uuid.uuid4() for _ in range(n)], txns=txns, traces=[None] * n,
+                            payloads=[b"1"] * n, codecs=[0] * n, key_ids=[None] * n, subs=[None] * n,
+                            deadline_ms=[None] * n)
+                rows = await conn.fetch(push.query, *push.args())
+                assert [r["status"] for r in rows] == ["queued"] * n
+                pushed.extend(txns)
+        finally:
+            await conn.close()
+
+    async def popper(group: str) -> None:
+        conn = await asyncpg.connect(dsn)
+        empty = 0
+        try:
+            while pushing or empty < 3:
+                pop = Pop(tenant=T, queue="race", partition=None, group=group, batch=5, max_partitions=1,
+                          auto_ack=True)
+                rows = await conn.fetch(Q.log_pop, *pop.args())
+                got = [r["txn"] for r in rows if r["kind"] == "msg"]
+                delivered[group].extend(got)
+                empty = 0 if got else empty + 1
+                if not got:
+                    await asyncio.sleep(0.005)
+        finally:
+            await conn.close()
+
+    try:
+        # the groups exist (and hold cursors) before the race, as long-running consumers would
+        await sql_push(setup, T, "race", ["seed"], "p0")
+        for g in (QM, "g2"):
+            pop = Pop(tenant=T, queue="race", partition=None, group=g, batch=5, max_partitions=1, auto_ack=True)
+            delivered[g] += [r["txn"] for r in await setup.fetch(Q.log_pop, *pop.args()) if r["kind"] == "msg"]
+        pushed.append("seed")
+        poppers = [asyncio.ensure_future(popper(g)) for g in (QM, QM, "g2", "g2")]
+        await asyncio.gather(*(pusher(k) for k in range(5)))
+        pushing = False
+        await asyncio.wait_for(asyncio.gather(*poppers), 60)
+        assert await setup.fetchval("SELECT count(*) FROM queen_cursors WHERE tenant = $1 AND NOT ready", T) > 0
+        assert await drained_wrongly(setup) == []
+        # the partitions, created by racing pushes, are numbered 1..n without a gap, and each group has
+        # a cursor on every one (created past cursor_upto, never by a search of the queue)
+        n, ordinals, count = await setup.fetchrow(
+            "SELECT count(*), array_agg(p.ordinal ORDER BY p.ordinal), q.partition_count FROM queen_partitions p "
+            "JOIN queen_queues q ON q.tenant = p.tenant AND q.name = p.queue WHERE p.tenant = $1 "
+            "GROUP BY q.partition_count", T)
+        assert ordinals == list(range(1, n + 1)) and count == n
+        rows = await setup.fetch("SELECT consumer_group, cursor_count, cursor_upto FROM queen_groups WHERE tenant = $1", T)
+        assert sorted(tuple(r) for r in rows) == sorted([(QM, n, n), ("g2", n, n)])
+        for g in (QM, "g2"):
+            assert len(delivered[g]) == len(set(delivered[g])), g  # no duplicate
+            assert sorted(delivered[g]) == sorted(pushed), g  # nothing left behind
+    finally:
+        await setup.close()
