@@ -23,6 +23,9 @@ WAKE = 7301
 LOG_PRUNE = 7302
 # A capped queue's maxSize check against concurrent pushes (queen_push_guard).
 QUEUE_CAP = 7303
+# One pop at a time makes a group's cursors for a queue's new partitions; the others walk the cursors
+# that exist instead of waiting on the same rows (queen_pop).
+CURSOR_MAKE = 7304
 # The seed of hashtextextended for a KV key's (and a lock permit's) lock id (queen_kv_lock_id).
 KV_KEY_SEED = 7142
 # The calls on one lock name, serialised (queen_locks_apply).
@@ -39,6 +42,7 @@ IN_SQL: dict[int, str] = {
     WAKE: "queen_wake",
     LOG_PRUNE: "queen_log_prune",
     QUEUE_CAP: "queen_push_guard",
+    CURSOR_MAKE: "queen_pop",
     KV_KEY_SEED: "queen_kv_lock_id",
     LOCK_NAME: "queen_locks_apply",
     TIMERS_PARTITION: "queen_timers_take",
