@@ -882,14 +882,18 @@ BEGIN
             -- cursor, drop any stale lease.
             -- Every offset in (acked_seq, v_last] was handed out, filed, or acked before: all done.
             -- Drained by what the walk saw: the cursor leaves the walk's index (ready, migration 0027)
-            -- unless a push got in meanwhile. The partition row FOR SHARE first (it waits for a push in
-            -- flight; a later push waits for this commit, then finds ready false and sets it back), and
-            -- next_seq read by the UPDATE, a statement that starts after that lock. Only past
-            -- v_ready_min partitions: below it a walk is short anyway, and a hot partition's pushes
+            -- unless a push got in meanwhile. The partition row FOR SHARE first (a later push waits for
+            -- this commit, then finds ready false and sets it back), and next_seq read by the UPDATE, a
+            -- statement that starts after that lock. SKIP LOCKED: a push in flight holds the row, and
+            -- the cursor simply stays ready (it is about to have a message). A pop never waits for a
+            -- push so: waiting, a pop gathered with others (log_pop_many, one transaction already
+            -- holding other partitions FOR SHARE) and a push over several partitions deadlocked. Only
+            -- past v_ready_min partitions: below it a walk is short anyway, and a hot partition's pushes
             -- never wait for its pops.
             v_drained := q.partition_count > v_ready_min AND coalesce(v_last, c.acked_seq) >= c.next_seq - 1;
             IF v_drained THEN
-                PERFORM 1 FROM queen_partitions p WHERE p.tenant = p_tenant AND p.id = c.pid FOR SHARE;
+                PERFORM 1 FROM queen_partitions p WHERE p.tenant = p_tenant AND p.id = c.pid FOR SHARE SKIP LOCKED;
+                v_drained := FOUND;
             END IF;
             UPDATE queen_cursors cu
             SET acked_seq = greatest(cu.acked_seq, coalesce(v_last, cu.acked_seq)),

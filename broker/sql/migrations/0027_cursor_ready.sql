@@ -7,10 +7,10 @@
 -- The invariant "ready = false implies drained" is kept by two writers (broker/sql/functions/log.sql):
 --   * queen_push sets ready = true on the cursors of every partition it writes to, in its own
 --     transaction, while it holds the partition row's lock;
---   * queen_pop sets ready = false only after taking the partition row FOR SHARE (it waits for a push
---     in flight to commit, and no push of that partition can start before the pop commits) and reading
---     next_seq in a statement that starts after that lock: a push that committed before is seen, a push
---     after it finds ready = false and sets it back.
+--   * queen_pop sets ready = false only after taking the partition row FOR SHARE (no push of that
+--     partition can then run before the pop commits; with a push in flight it leaves ready alone) and
+--     reading next_seq in a statement that starts after that lock: a push that committed before is
+--     seen, a push after it finds ready = false and sets it back.
 -- Anything else that moves a cursor back (a group seek) sets ready = true; a cursor created later starts
 -- true. A stale true (a leased pop acked to the end, say) costs one skipped row in the walk, never a
 -- message.
