@@ -12,7 +12,7 @@ import uuid
 
 import asyncpg
 from helpers import QUEUE_MODE as QM
-from helpers import sql_pop, sql_push
+from helpers import sql_ack, sql_pop, sql_push
 from test_log_volume import TOUCHED
 
 from broker.log.calls import Pop, Push
@@ -57,6 +57,68 @@ async def test_a_pop_over_many_drained_partitions_reads_only_the_ones_with_messa
         await conn.close()
 
 
+async def test_a_leased_consumer_that_acks_to_the_end_leaves_drained_cursors_too(pg):
+    """Leased pops and acks, one message at a time (the one-item ack) and a batch (the general path):
+    a cursor acked to its partition's end, lease released, leaves the walk's index as an autoAck pop's
+    does, so a leased consumer's pop over many drained partitions reads few rows as well."""
+    conn = await asyncpg.connect(pg.new_db())
+    try:
+        for i in range(200):
+            await sql_push(conn, T, "leased", [f"a{i}"] if i % 2 else [f"a{i}", f"b{i}"], f"p{i}", payload=b"1")
+        while msgs := await sql_pop(conn, T, "leased", batch=100):
+            if len(msgs) == 1:
+                assert [r["success"] for r in await sql_ack(conn, T, msgs)] == [True]
+            else:
+                assert [r["success"] for r in await sql_ack(conn, T, msgs)] == [True] * len(msgs)
+        assert await conn.fetchval("SELECT count(*) FROM queen_cursors WHERE tenant = $1 AND ready", T) == 0
+        for attempt in range(4):
+            await sql_push(conn, T, "leased", [f"late{attempt}"], f"p{random.randrange(200)}", payload=b"1")
+            async with conn.transaction():
+                before = await conn.fetchval(TOUCHED)
+                msgs = await sql_pop(conn, T, "leased", batch=100)
+                touched = await conn.fetchval(TOUCHED) - before
+            assert [m["txn"] for m in msgs] == [f"late{attempt}"] and touched < 30, (attempt, touched)
+            assert [r["success"] for r in await sql_ack(conn, T, msgs)] == [True]
+        assert await drained_wrongly(conn) == []
+    finally:
+        await conn.close()
+
+
+async def test_a_push_in_flight_when_a_consumer_drains_the_partition_keeps_its_cursor_ready(pg):
+    """The exact interleaving the partition row FOR SHARE is for: a push has written to the partition
+    (its cursors refilled, which changed nothing: they were ready) but not committed when an autoAck
+    pop, or the ack of a leased pop, takes the partition to its end. Marking the cursor drained then
+    would hide the push's message once it commits; it stays ready, and the next pop delivers it."""
+    dsn = pg.new_db()
+    conn, pusher = await asyncpg.connect(dsn), await asyncpg.connect(dsn)
+    try:
+        for i in range(70):  # past the 64 partitions from which cursors are marked drained
+            await sql_push(conn, T, "flight", [f"f{i}"], f"p{i}", payload=b"1")
+        while await sql_pop(conn, T, "flight", batch=100, auto_ack=True):
+            pass
+        for leased in (False, True):
+            await sql_push(conn, T, "flight", [f"head-{leased}"], "p0", payload=b"1")
+            if leased:
+                msgs = await sql_pop(conn, T, "flight", batch=100)
+                assert [m["txn"] for m in msgs] == ["head-True"]
+            tx = pusher.transaction()
+            await tx.start()
+            await sql_push(pusher, T, "flight", [f"in-flight-{leased}"], "p0", payload=b"1")
+            # the consumer takes the partition to its end (by what it can see) while the push is in flight
+            if leased:
+                assert [r["success"] for r in await sql_ack(conn, T, msgs)] == [True]
+            else:
+                msgs = await sql_pop(conn, T, "flight", batch=100, auto_ack=True)
+                assert [m["txn"] for m in msgs] == ["head-False"]
+            await tx.commit()
+            assert await drained_wrongly(conn) == []
+            got = await sql_pop(conn, T, "flight", batch=100, auto_ack=True)
+            assert [m["txn"] for m in got] == [f"in-flight-{leased}"]
+    finally:
+        await conn.close()
+        await pusher.close()
+
+
 async def test_below_the_threshold_cursors_stay_ready_and_pushes_never_wait_for_pops(pg):
     """A queue of a few partitions keeps every cursor ready: its walk is short, and its pops take no
     lock on a hot partition's row (queen.ready_min, 64 partitions)."""
@@ -89,8 +151,8 @@ async def test_a_group_moved_back_is_ready_again(pg):
 
 
 async def test_racing_pushes_and_pops_never_strand_a_message(pg):
-    """Pushers (one partition a push, and batches over three partitions: the general path) and autoAck
-    pops of two groups, alone and gathered, race over 16 partitions (queen.ready_min 0: the pops mark
+    """Pushers (one partition a push, and batches over three partitions: the general path), autoAck
+    pops of two groups, alone and gathered, and a third group's leased pops acknowledged at once race over 16 partitions (queen.ready_min 0: the pops mark
     drained cursors as they do past 64 partitions, and pushes and pops meet on the same partitions
     often); every pop is queue-wide, so a cursor wrongly marked drained would hide its partition's
     messages from all of them. Every message is delivered exactly
@@ -100,7 +162,7 @@ async def test_racing_pushes_and_pops_never_strand_a_message(pg):
     await setup.execute("INSERT INTO queen_tenants (tenant) VALUES ($1) ON CONFLICT DO NOTHING", T)
     parts = 16
     pushed: list[str] = []
-    delivered: dict[str, list[str]] = {QM: [], "g2": []}
+    delivered: dict[str, list[str]] = {QM: [], "g2": [], "g3": []}
     pushing = True
 
     async def pusher(k: int) -> None:
@@ -121,20 +183,24 @@ async def test_racing_pushes_and_pops_never_strand_a_message(pg):
         finally:
             await conn.close()
 
-    async def popper(group: str, gathered: int = 1) -> None:
+    async def popper(group: str, gathered: int = 1, leased: bool = False) -> None:
         """``gathered`` > 1: that many pops in one statement (log_pop_many, as the pop coalescer sends
-        them): one transaction that holds a drained partition FOR SHARE while its next pop goes on."""
+        them): one transaction that holds a drained partition FOR SHARE while its next pop goes on.
+        ``leased``: pops under a lease, each answer acknowledged at once (one item or a batch)."""
         conn = await asyncpg.connect(dsn, server_settings={"queen.ready_min": "0"})
         empty = 0
         try:
             while pushing or empty < 3:
                 pop = Pop(tenant=T, queue="race", partition=None, group=group, batch=5, max_partitions=1,
-                          auto_ack=True)
+                          auto_ack=not leased)
                 if gathered > 1:
                     rows = await conn.fetch(Q.log_pop_many, *Pop.many_args(T, [pop] * gathered))
                 else:
                     rows = await conn.fetch(Q.log_pop, *pop.args())
                 got = [r["txn"] for r in rows if r["kind"] == "msg"]
+                if leased and got:
+                    acks = await sql_ack(conn, T, [r for r in rows if r["kind"] == "msg"], group=group)
+                    assert [a["success"] for a in acks] == [True] * len(got)
                 delivered[group].extend(got)
                 empty = 0 if got else empty + 1
                 if not got:
@@ -145,11 +211,12 @@ async def test_racing_pushes_and_pops_never_strand_a_message(pg):
     try:
         # the groups exist (and hold cursors) before the race, as long-running consumers would
         await sql_push(setup, T, "race", ["seed"], "p0")
-        for g in (QM, "g2"):
+        for g in (QM, "g2", "g3"):
             pop = Pop(tenant=T, queue="race", partition=None, group=g, batch=5, max_partitions=1, auto_ack=True)
             delivered[g] += [r["txn"] for r in await setup.fetch(Q.log_pop, *pop.args()) if r["kind"] == "msg"]
         pushed.append("seed")
-        poppers = [asyncio.ensure_future(popper(g, n)) for g, n in ((QM, 1), (QM, 3), ("g2", 1), ("g2", 3))]
+        poppers = [asyncio.ensure_future(popper(g, n, leased)) for g, n, leased in (
+            (QM, 1, False), (QM, 3, False), ("g2", 1, False), ("g2", 3, False), ("g3", 1, True), ("g3", 1, True))]
         await asyncio.gather(*(pusher(k) for k in range(5)))
         pushing = False
         await asyncio.wait_for(asyncio.gather(*poppers), 60)
@@ -163,8 +230,8 @@ async def test_racing_pushes_and_pops_never_strand_a_message(pg):
             "GROUP BY q.partition_count", T)
         assert ordinals == list(range(1, n + 1)) and count == n
         rows = await setup.fetch("SELECT consumer_group, cursor_count, cursor_upto FROM queen_groups WHERE tenant = $1", T)
-        assert sorted(tuple(r) for r in rows) == sorted([(QM, n, n), ("g2", n, n)])
-        for g in (QM, "g2"):
+        assert sorted(tuple(r) for r in rows) == sorted([(QM, n, n), ("g2", n, n), ("g3", n, n)])
+        for g in (QM, "g2", "g3"):
             assert len(delivered[g]) == len(set(delivered[g])), g  # no duplicate
             assert sorted(delivered[g]) == sorted(pushed), g  # nothing left behind
     finally:

@@ -396,6 +396,35 @@ BEGIN
 END
 $$;
 
+-- Past how many partitions of a queue its cursors are marked drained (queen_cursors.ready, migration
+-- 0027): below it a walk is short anyway, and a hot partition's pushes never wait for its consumers.
+-- The session setting queen.ready_min overrides it (tests use 0).
+CREATE OR REPLACE FUNCTION queen_ready_min() RETURNS integer
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(nullif(current_setting('queen.ready_min', true), '')::integer, 64)
+$$;
+
+-- A cursor its consumer's acks brought to the end of its partition, lease released, leaves the walk's
+-- index, by the rule an autoAck pop follows (queen_pop, migration 0027): the partition row FOR SHARE
+-- SKIP LOCKED (with a push in flight it stays ready), then next_seq read by a statement started after
+-- that lock. The caller holds the cursor's row lock.
+CREATE OR REPLACE FUNCTION queen_cursor_drained(p_tenant text, p_pid uuid, p_group text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM queen_partitions p
+    WHERE p.tenant = p_tenant AND p.id = p_pid
+      AND (SELECT qq.partition_count FROM queen_queues qq WHERE qq.tenant = p_tenant AND qq.name = p.queue)
+          > queen_ready_min()
+    FOR SHARE OF p SKIP LOCKED;
+    IF FOUND THEN
+        UPDATE queen_cursors c SET ready = false
+        WHERE c.tenant = p_tenant AND c.partition_id = p_pid AND c.consumer_group = p_group AND c.ready
+          AND c.lease_id IS NULL
+          AND (SELECT p.next_seq - 1 FROM queen_partitions p WHERE p.tenant = p_tenant AND p.id = p_pid) <= c.acked_seq;
+    END IF;
+END
+$$;
+
 -- Move the cursor of (partition, group) over the contiguous run of done offsets that now follows it
 -- (out-of-order acks remembered in queen_msg_state plus p_done, the offsets settled by the caller),
 -- forget those side rows, remember the done offsets still beyond the run, and release the lease once
@@ -460,6 +489,9 @@ BEGIN
     IF v_released THEN
         PERFORM queen_wake(p_tenant, ARRAY[p.queue::text])
         FROM queen_partitions p WHERE p.tenant = p_tenant AND p.id = p_pid AND p.next_seq - 1 > v_acked;
+        IF NOT FOUND THEN  -- nothing more there: the cursor may leave the walk's index
+            PERFORM queen_cursor_drained(p_tenant, p_pid, p_group);
+        END IF;
     END IF;
     RETURN v_acked;
 END
@@ -624,7 +656,7 @@ DECLARE
     v_drained boolean;
     v_upto    integer;
     v_seen    integer;
-    v_ready_min integer := coalesce(nullif(current_setting('queen.ready_min', true), '')::integer, 64);
+    v_ready_min integer := queen_ready_min();
 BEGIN
     SELECT qq.lease_time_s, qq.retry_limit, qq.dlq_enabled, qq.partition_count, qq.delay_s, qq.window_s,
            qq.retry_delay_ms, qq.max_wait_s INTO q
@@ -971,6 +1003,7 @@ DECLARE
     v_free  boolean;
     v_more  boolean;
     v_queue text;
+    v_grp   text;
 BEGIN
     -- The cursors the items name, locked in (partition, group) order. One primary-key probe per
     -- partition: a filter on partition_id = ANY (...) was planned (generic plan) as a scan of every
@@ -1006,10 +1039,12 @@ BEGIN
                             AND s.consumer_group = c.consumer_group)
           AND NOT EXISTS (SELECT 1 FROM queen_log_floor f
                           WHERE f.tenant = p_tenant AND f.partition_id = p_pids[1] AND f.floor_seq > c.acked_seq)
-        RETURNING c.lease_id IS NULL, p.next_seq - 1 > m.seq, p.queue INTO v_free, v_more, v_queue;
+        RETURNING c.lease_id IS NULL, p.next_seq - 1 > m.seq, p.queue, c.consumer_group INTO v_free, v_more, v_queue, v_grp;
         IF FOUND THEN
             IF v_free AND v_more THEN  -- the partition is free again and holds more: wake long polls
                 PERFORM queen_wake(p_tenant, ARRAY[v_queue]);
+            ELSIF v_free THEN  -- free, and nothing more there: the cursor may leave the walk's index
+                PERFORM queen_cursor_drained(p_tenant, p_pids[1], v_grp);
             END IF;
             RETURN QUERY SELECT 1, true, NULL::text, false;
             RETURN;

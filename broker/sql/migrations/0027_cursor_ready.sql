@@ -11,8 +11,10 @@
 --     partition can then run before the pop commits; with a push in flight it leaves ready alone) and
 --     reading next_seq in a statement that starts after that lock: a push that committed before is
 --     seen, a push after it finds ready = false and sets it back.
--- Anything else that moves a cursor back (a group seek) sets ready = true; a cursor created later starts
--- true. A stale true (a leased pop acked to the end, say) costs one skipped row in the walk, never a
+-- An ack that takes a leased cursor to the partition's end marks it drained by the same rule
+-- (queen_cursor_drained). Anything that moves a cursor back (a group seek) sets ready = true; a cursor
+-- created later starts true. A stale true (a queue of at most 64 partitions keeps every cursor ready;
+-- a push in flight when a consumer drained the partition) costs one skipped row in the walk, never a
 -- message.
 ALTER TABLE queen_cursors ADD COLUMN ready boolean NOT NULL DEFAULT true;
 -- As queen_cursors_group (migration 0019), its predicate names queue, so that only a statement comparing
