@@ -19,6 +19,9 @@ from broker.log.calls import Pop, Push
 from broker.store.queries import Q
 
 T = "ready"
+# Mark drained cursors whatever the queue's size (the default starts past 1,000 partitions): the tests
+# run the same code on a few hundred.
+MARK_ALL = {"queen.ready_min": "0"}
 
 
 async def drained_wrongly(conn: asyncpg.Connection) -> list[asyncpg.Record]:
@@ -30,7 +33,7 @@ async def drained_wrongly(conn: asyncpg.Connection) -> list[asyncpg.Record]:
 
 
 async def test_a_pop_over_many_drained_partitions_reads_only_the_ones_with_messages(pg):
-    conn = await asyncpg.connect(pg.new_db())
+    conn = await asyncpg.connect(pg.new_db(), server_settings=MARK_ALL)
     try:
         for i in range(600):
             await sql_push(conn, T, "wide", [f"w{i}"], f"p{i}", payload=b"1")
@@ -61,7 +64,7 @@ async def test_a_leased_consumer_that_acks_to_the_end_leaves_drained_cursors_too
     """Leased pops and acks, one message at a time (the one-item ack) and a batch (the general path):
     a cursor acked to its partition's end, lease released, leaves the walk's index as an autoAck pop's
     does, so a leased consumer's pop over many drained partitions reads few rows as well."""
-    conn = await asyncpg.connect(pg.new_db())
+    conn = await asyncpg.connect(pg.new_db(), server_settings=MARK_ALL)
     try:
         for i in range(200):
             await sql_push(conn, T, "leased", [f"a{i}"] if i % 2 else [f"a{i}", f"b{i}"], f"p{i}", payload=b"1")
@@ -90,9 +93,9 @@ async def test_a_push_in_flight_when_a_consumer_drains_the_partition_keeps_its_c
     pop, or the ack of a leased pop, takes the partition to its end. Marking the cursor drained then
     would hide the push's message once it commits; it stays ready, and the next pop delivers it."""
     dsn = pg.new_db()
-    conn, pusher = await asyncpg.connect(dsn), await asyncpg.connect(dsn)
+    conn, pusher = await asyncpg.connect(dsn, server_settings=MARK_ALL), await asyncpg.connect(dsn)
     try:
-        for i in range(70):  # past the 64 partitions from which cursors are marked drained
+        for i in range(70):
             await sql_push(conn, T, "flight", [f"f{i}"], f"p{i}", payload=b"1")
         while await sql_pop(conn, T, "flight", batch=100, auto_ack=True):
             pass
@@ -121,7 +124,7 @@ async def test_a_push_in_flight_when_a_consumer_drains_the_partition_keeps_its_c
 
 async def test_below_the_threshold_cursors_stay_ready_and_pushes_never_wait_for_pops(pg):
     """A queue of a few partitions keeps every cursor ready: its walk is short, and its pops take no
-    lock on a hot partition's row (queen.ready_min, 64 partitions)."""
+    lock on a hot partition's row (queen_ready_min(): 1,000 partitions)."""
     conn = await asyncpg.connect(pg.new_db())
     try:
         for i in range(3):
@@ -134,7 +137,7 @@ async def test_below_the_threshold_cursors_stay_ready_and_pushes_never_wait_for_
 
 
 async def test_a_group_moved_back_is_ready_again(pg):
-    conn = await asyncpg.connect(pg.new_db())
+    conn = await asyncpg.connect(pg.new_db(), server_settings=MARK_ALL)
     try:
         for i in range(100):
             await sql_push(conn, T, "back", [f"b{i}"], f"p{i}")
@@ -153,7 +156,7 @@ async def test_a_group_moved_back_is_ready_again(pg):
 async def test_racing_pushes_and_pops_never_strand_a_message(pg):
     """Pushers (one partition a push, and batches over three partitions: the general path), autoAck
     pops of two groups, alone and gathered, and a third group's leased pops acknowledged at once race over 16 partitions (queen.ready_min 0: the pops mark
-    drained cursors as they do past 64 partitions, and pushes and pops meet on the same partitions
+    drained cursors as they do past 1,000 partitions, and pushes and pops meet on the same partitions
     often); every pop is queue-wide, so a cursor wrongly marked drained would hide its partition's
     messages from all of them. Every message is delivered exactly
     once per group, and no statement is chosen as a deadlock victim (each would raise here)."""
@@ -187,7 +190,7 @@ async def test_racing_pushes_and_pops_never_strand_a_message(pg):
         """``gathered`` > 1: that many pops in one statement (log_pop_many, as the pop coalescer sends
         them): one transaction that holds a drained partition FOR SHARE while its next pop goes on.
         ``leased``: pops under a lease, each answer acknowledged at once (one item or a batch)."""
-        conn = await asyncpg.connect(dsn, server_settings={"queen.ready_min": "0"})
+        conn = await asyncpg.connect(dsn, server_settings=MARK_ALL)
         empty = 0
         try:
             while pushing or empty < 3:

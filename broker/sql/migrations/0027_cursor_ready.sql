@@ -13,7 +13,7 @@
 --     seen, a push after it finds ready = false and sets it back.
 -- An ack that takes a leased cursor to the partition's end marks it drained by the same rule
 -- (queen_cursor_drained). Anything that moves a cursor back (a group seek) sets ready = true; a cursor
--- created later starts true. A stale true (a queue of at most 64 partitions keeps every cursor ready;
+-- created later starts true. A stale true (a queue of at most 1,000 partitions keeps every cursor ready;
 -- a push in flight when a consumer drained the partition) costs one skipped row in the walk, never a
 -- message.
 ALTER TABLE queen_cursors ADD COLUMN ready boolean NOT NULL DEFAULT true;
