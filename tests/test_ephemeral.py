@@ -73,6 +73,10 @@ def test_push_and_pop_create_an_implicit_queue_with_the_defaults(api):
     ({"queue": "q", "options": {"windowBuffer": 5}}, "bad_option"),
     ({"queue": "q", "options": {"windowBuffer": {"ms": 5, "size": 2}}}, "bad_option"),
     ({"queue": "q", "options": {"leaseSeconds": 0}}, "bad_option"),
+    ({"queue": "q", "options": {"retryLimit": None}}, "bad_option"),  # null is not "left out"
+    ({"queue": "q", "options": {"policy": None}}, "bad_option"),
+    ({"queue": "q", "options": {"windowBuffer": None}}, "bad_option"),
+    ({"queue": "q", "options": {"windowBuffer": {"ms": None}}}, "bad_option"),
     ({"queue": "q", "options": []}, "bad_options"),
     ({"queue": "", "options": {}}, "bad_name"),
     ({"queue": "q", "extra": 1}, "unknown_field"),

@@ -24,6 +24,17 @@ T = "ready"
 MARK_ALL = {"queen.ready_min": "0"}
 
 
+async def fill_and_drain(conn: asyncpg.Connection, queue: str, partitions: int) -> list[str]:
+    """One message in each of ``partitions`` partitions (txn ``<queue>-<i>``), then autoAck pops until the
+    queue answers nothing; the txns delivered."""
+    for i in range(partitions):
+        await sql_push(conn, T, queue, [f"{queue}-{i}"], f"p{i}", payload=b"1")
+    got: list[str] = []
+    while msgs := await sql_pop(conn, T, queue, batch=100, auto_ack=True):
+        got += [m["txn"] for m in msgs]
+    return got
+
+
 async def drained_wrongly(conn: asyncpg.Connection) -> list[asyncpg.Record]:
     """Cursors marked drained whose partition holds messages past them: must never exist."""
     return await conn.fetch(
@@ -35,12 +46,7 @@ async def drained_wrongly(conn: asyncpg.Connection) -> list[asyncpg.Record]:
 async def test_a_pop_over_many_drained_partitions_reads_only_the_ones_with_messages(pg):
     conn = await asyncpg.connect(pg.new_db(), server_settings=MARK_ALL)
     try:
-        for i in range(600):
-            await sql_push(conn, T, "wide", [f"w{i}"], f"p{i}", payload=b"1")
-        got = 0
-        while msgs := await sql_pop(conn, T, "wide", batch=100, auto_ack=True):
-            got += len(msgs)
-        assert got == 600
+        assert len(await fill_and_drain(conn, "wide", 600)) == 600
         assert await conn.fetchval("SELECT count(*) FROM queen_cursors WHERE tenant = $1 AND ready", T) == 0
         for attempt in range(6):  # the later calls run on the plans the first ones cached
             await sql_push(conn, T, "wide", [f"late{attempt}"], f"p{random.randrange(600)}", payload=b"1")
@@ -95,10 +101,7 @@ async def test_a_push_in_flight_when_a_consumer_drains_the_partition_keeps_its_c
     dsn = pg.new_db()
     conn, pusher = await asyncpg.connect(dsn, server_settings=MARK_ALL), await asyncpg.connect(dsn)
     try:
-        for i in range(70):
-            await sql_push(conn, T, "flight", [f"f{i}"], f"p{i}", payload=b"1")
-        while await sql_pop(conn, T, "flight", batch=100, auto_ack=True):
-            pass
+        await fill_and_drain(conn, "flight", 70)
         for leased in (False, True):
             await sql_push(conn, T, "flight", [f"head-{leased}"], "p0", payload=b"1")
             if leased:
@@ -127,10 +130,7 @@ async def test_below_the_threshold_cursors_stay_ready_and_pushes_never_wait_for_
     lock on a hot partition's row (queen_ready_min(): 1,000 partitions)."""
     conn = await asyncpg.connect(pg.new_db())
     try:
-        for i in range(3):
-            await sql_push(conn, T, "narrow", [f"n{i}"], f"p{i}")
-        while await sql_pop(conn, T, "narrow", batch=10, auto_ack=True):
-            pass
+        assert len(await fill_and_drain(conn, "narrow", 3)) == 3
         assert await conn.fetchval("SELECT count(*) FILTER (WHERE ready) FROM queen_cursors WHERE tenant = $1", T) == 3
     finally:
         await conn.close()
@@ -139,27 +139,25 @@ async def test_below_the_threshold_cursors_stay_ready_and_pushes_never_wait_for_
 async def test_a_group_moved_back_is_ready_again(pg):
     conn = await asyncpg.connect(pg.new_db(), server_settings=MARK_ALL)
     try:
-        for i in range(100):
-            await sql_push(conn, T, "back", [f"b{i}"], f"p{i}")
-        while await sql_pop(conn, T, "back", batch=100, auto_ack=True):
-            pass
+        first = await fill_and_drain(conn, "back", 100)
         assert await conn.fetchval("SELECT count(*) FROM queen_cursors WHERE tenant = $1 AND ready", T) == 0
         await conn.fetch(Q.groups_seek, T, QM, "back", False, await conn.fetchval("SELECT now() - interval '1 hour'"))
         got = []
         while msgs := await sql_pop(conn, T, "back", batch=100, auto_ack=True):
             got += [m["txn"] for m in msgs]
-        assert sorted(got) == sorted(f"b{i}" for i in range(100))
+        assert sorted(got) == sorted(first) and len(got) == 100
     finally:
         await conn.close()
 
 
 async def test_racing_pushes_and_pops_never_strand_a_message(pg):
     """Pushers (one partition a push, and batches over three partitions: the general path), autoAck
-    pops of two groups, alone and gathered, and a third group's leased pops acknowledged at once race over 16 partitions (queen.ready_min 0: the pops mark
-    drained cursors as they do past 1,000 partitions, and pushes and pops meet on the same partitions
-    often); every pop is queue-wide, so a cursor wrongly marked drained would hide its partition's
-    messages from all of them. Every message is delivered exactly
-    once per group, and no statement is chosen as a deadlock victim (each would raise here)."""
+    pops of two groups, alone and gathered, and a third group's leased pops acknowledged at once race
+    over 16 partitions (queen.ready_min 0: the pops mark drained cursors as they do past 1,000
+    partitions, and pushes and pops meet on the same partitions often). Every pop is queue-wide, so a
+    cursor wrongly marked drained would hide its partition's messages from all of them. Every message is
+    delivered exactly once per group, and no statement is chosen as a deadlock victim (each would raise
+    here)."""
     dsn = pg.new_db()
     setup = await asyncpg.connect(dsn)
     await setup.execute("INSERT INTO queen_tenants (tenant) VALUES ($1) ON CONFLICT DO NOTHING", T)

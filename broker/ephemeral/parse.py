@@ -71,18 +71,20 @@ def options(raw: Any) -> Options:
         if key not in OPTION_KEYS:
             raise BadRequest("unknown_option", f"{key!r} is not an ephemeral queue option; known: "
                              + ", ".join(sorted(OPTION_KEYS)), extra={"option": key})
-    ints = {k: None if raw.get(k) is None else _int(raw[k], k, *INT_OPTIONS[k]) for k in INT_OPTIONS}
+    # An option left out keeps its value; one given must be valid (null is not a value: refused, as the
+    # schema says, never read as "left out").
+    ints = {k: _int(raw[k], k, *INT_OPTIONS[k]) if k in raw else None for k in INT_OPTIONS}
     policy = raw.get("policy")
-    if policy is not None and policy not in POLICIES:
+    if "policy" in raw and policy not in POLICIES:
         raise BadRequest("bad_option", "policy must be 'reject' or 'dropOldest'", extra={"option": "policy"})
     window: dict[str, int | None] = {"ms": None, "count": None}
-    wb = raw.get("windowBuffer")
-    if wb is not None:
+    if "windowBuffer" in raw:
+        wb = raw["windowBuffer"]
         if not isinstance(wb, dict) or set(wb) - set(WINDOW_LIMITS):
             raise BadRequest("bad_option", "windowBuffer must be an object {ms?, count?}",
                              extra={"option": "windowBuffer"})
         for k, (lo, hi) in WINDOW_LIMITS.items():
-            window[k] = 0 if wb.get(k) is None else _int(wb[k], f"windowBuffer.{k}", lo, hi)
+            window[k] = _int(wb[k], f"windowBuffer.{k}", lo, hi) if k in wb else 0
     return Options(ints["maxBytes"], ints["maxLength"], policy, ints["ttlSeconds"], ints["leaseSeconds"],
                    ints["retryLimit"], window["ms"], window["count"])
 
