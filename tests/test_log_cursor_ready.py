@@ -48,6 +48,21 @@ async def test_a_pop_over_many_drained_partitions_reads_only_the_ones_with_messa
     try:
         assert len(await fill_and_drain(conn, "wide", 600)) == 600
         assert await conn.fetchval("SELECT count(*) FROM queen_cursors WHERE tenant = $1 AND ready", T) == 0
+        # a push over two partitions (the general path) refills their cursors by key, not by a read of
+        # the tenant's 600 drained cursors
+        for attempt in range(3):
+            push = Push(tenant=T, plain=[], queues=["wide"] * 2, partitions=["p7", "p9"],
+                        ids=[uuid.uuid4(), uuid.uuid4()], txns=[f"two{attempt}-a", f"two{attempt}-b"],
+                        traces=[None] * 2, payloads=[b"1"] * 2, codecs=[0] * 2, key_ids=[None] * 2,
+                        subs=[None] * 2, deadline_ms=[None] * 2)
+            async with conn.transaction():
+                before = await conn.fetchval(TOUCHED)
+                await conn.fetch(push.query, *push.args())
+                touched = await conn.fetchval(TOUCHED) - before
+            assert touched < 30, (attempt, touched)
+            assert await conn.fetchval("SELECT count(*) FROM queen_cursors WHERE tenant = $1 AND ready", T) == 2
+            got = [m["txn"] for _ in range(2) for m in await sql_pop(conn, T, "wide", batch=100, auto_ack=True)]
+            assert sorted(got) == [f"two{attempt}-a", f"two{attempt}-b"]  # one partition a pop
         for attempt in range(6):  # the later calls run on the plans the first ones cached
             await sql_push(conn, T, "wide", [f"late{attempt}"], f"p{random.randrange(600)}", payload=b"1")
             async with conn.transaction():
