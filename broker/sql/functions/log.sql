@@ -168,7 +168,8 @@ BEGIN
                 v_ok := false;
             END;
         END IF;
-        -- Every group has something to hand out here again (migration 0027): under the row lock taken above.
+        -- Every group has something to hand out here again (migration 0027): under the row lock taken above
+        -- (queen_cursors_refill's statement for the one partition, inline on the hottest path).
         UPDATE queen_cursors cu SET ready = true
         WHERE cu.tenant = p_tenant AND cu.partition_id = v_pid AND NOT cu.ready;
         IF v_ok THEN
@@ -665,7 +666,7 @@ DECLARE
     v_drained boolean;
     v_upto    integer;
     v_seen    integer;
-    v_ready_min integer := queen_ready_min();
+    v_set     boolean;
 BEGIN
     SELECT qq.lease_time_s, qq.retry_limit, qq.dlq_enabled, qq.partition_count, qq.delay_s, qq.window_s,
            qq.retry_delay_ms, qq.max_wait_s INTO q
@@ -922,16 +923,19 @@ BEGIN
             -- Auto-ack (everything handed out is done), or only dead letters were found: move the
             -- cursor, drop any stale lease.
             -- Every offset in (acked_seq, v_last] was handed out, filed, or acked before: all done.
-            -- Drained by what the walk saw: the cursor leaves the walk's index (ready, migration 0027)
-            -- unless a push got in meanwhile. The partition row FOR SHARE first (a later push waits for
+            -- Handed out as one set, and the group keeps no state past the old cursor (v_set): drained
+            -- by what the walk saw, the cursor leaves the walk's index (ready, migration 0027) unless a
+            -- push got in meanwhile, in this UPDATE (otherwise queen_cursor_advance below moves the cursor
+            -- further and queen_cursor_drained decides, once). The partition row FOR SHARE first (a later push waits for
             -- this commit, then finds ready false and sets it back), and next_seq read by the UPDATE, a
             -- statement that starts after that lock. SKIP LOCKED: a push in flight holds the row, and
             -- the cursor simply stays ready (it is about to have a message). A pop never waits for a
             -- push so: waiting, a pop gathered with others (log_pop_many, one transaction already
             -- holding other partitions FOR SHARE) and a push over several partitions deadlocked. Only
-            -- past v_ready_min partitions: below it a walk is short anyway, and a hot partition's pushes
-            -- never wait for its pops.
-            v_drained := q.partition_count > v_ready_min AND coalesce(v_last, c.acked_seq) >= c.next_seq - 1;
+            -- past queen_ready_min() partitions: below it a walk is short anyway, and a hot partition's
+            -- pushes never wait for its pops.
+            v_set := v_given > 0 AND NOT v_states AND NOT v_looped;
+            v_drained := v_set AND q.partition_count > queen_ready_min() AND v_last >= c.next_seq - 1;
             IF v_drained THEN
                 PERFORM 1 FROM queen_partitions p WHERE p.tenant = p_tenant AND p.id = c.pid FOR SHARE SKIP LOCKED;
                 v_drained := FOUND;
@@ -944,7 +948,7 @@ BEGIN
                                    FROM queen_partitions p WHERE p.tenant = p_tenant AND p.id = c.pid)
                              ELSE cu.ready END
             WHERE cu.tenant = p_tenant AND cu.partition_id = c.pid AND cu.consumer_group = p_group;
-            IF v_given > 0 AND NOT v_states AND NOT v_looped THEN
+            IF v_set THEN
                 -- Handed out as one set, and the group keeps no state past the old cursor: nothing lies
                 -- beyond to join the run, so all queen_cursor_advance would do is wake long polls if the
                 -- partition holds more (the lease is gone).
