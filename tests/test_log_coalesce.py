@@ -124,6 +124,33 @@ async def test_calls_respect_max_items_and_keys() -> None:
     assert r.calls == [("a", [0]), ("a", [1]), ("b", [2]), ("a", [3, 4])]
 
 
+async def test_one_call_per_key_leaves_the_other_slot_to_other_keys() -> None:
+    r = Recorder()
+    c: Coalescer[str, int] = Coalescer("t", r.run, max_inflight=2, max_items=100, max_per_key=1)
+    r.gate.clear()
+    first = asyncio.ensure_future(c.submit("a", 1))
+    await settle()
+    more_a = [asyncio.ensure_future(c.submit("a", j)) for j in (2, 3)]
+    await settle()
+    assert r.calls == [("a", [1])]  # a's second call waits for its first, though a slot is free
+    b = asyncio.ensure_future(c.submit("b", 9))
+    await settle()
+    assert r.calls == [("a", [1]), ("b", [9])]  # another key takes the free slot at once
+    r.gate.set()
+    assert await asyncio.gather(first, *more_a, b) == [10, 20, 30, 90]
+    assert r.calls[2:] == [("a", [2, 3])]  # the waiting jobs of a went out as one bigger call
+    assert c._per_key == {} and c._inflight == 0
+
+
+def test_max_per_key_must_be_positive() -> None:
+    with pytest.raises(ValueError):
+        Coalescer("t", Recorder().run, max_inflight=2, max_items=10, max_per_key=0)
+
+
+async def test_the_push_coalescer_runs_one_call_per_tenant(svc: LogService) -> None:
+    assert svc.push_coalescer.max_per_key == 1 and svc.push_coalescer.max_inflight == 2
+
+
 # ---- through LogService on a real database
 
 

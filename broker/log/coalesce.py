@@ -6,6 +6,9 @@ already has ``max_inflight`` calls of a kind running, new requests wait in a que
 call finishes everything queued for one key (up to ``max_items`` items) goes out as the next call.
 Nothing waits on a timer: an idle worker sends a lone request at once (no added latency at low
 rates), and under load the batches grow by themselves with the queue ("natural batching").
+``max_per_key`` bounds the calls in flight for one key: a key whose calls contend with each other in
+the database (a tenant's pushes lock their partitions' rows until commit) runs one call at a time and
+sends bigger ones, while other keys still use the remaining slots (no tenant waits behind another's).
 
 Contract kept: a waiter is answered only from the outcome of the call that carried its job, after
 that call returned (the call is its own transaction: returned = committed). ``run(key, jobs)``
@@ -49,15 +52,18 @@ class Coalescer(Generic[K, J]):
         *,
         max_inflight: int,
         max_items: int,
+        max_per_key: int | None = None,
     ) -> None:
-        if max_inflight < 1 or max_items < 1:
-            raise ValueError("max_inflight and max_items must be >= 1")
+        if max_inflight < 1 or max_items < 1 or (max_per_key is not None and max_per_key < 1):
+            raise ValueError("max_inflight, max_items and max_per_key must be >= 1")
         self.name = name
         self._run = run
         self.max_inflight = max_inflight
         self.max_items = max_items
+        self.max_per_key = max_per_key if max_per_key is not None else max_inflight
         self._pending: dict[K, list[_Waiter[J]]] = {}  # insertion order = oldest key first
         self._inflight = 0
+        self._per_key: dict[K, int] = {}  # calls in flight by key (keys with none are absent)
         self._tasks: set[asyncio.Task[None]] = set()
         self.calls = 0  # database calls made (for tests and the bench)
         self.jobs = 0  # jobs answered through them
@@ -69,8 +75,9 @@ class Coalescer(Generic[K, J]):
         return await fut  # a cancellation here cancels fut: _take skips it if not sent yet
 
     def _take(self) -> tuple[K, list[_Waiter[J]]] | None:
-        while self._pending:
-            key = next(iter(self._pending))
+        for key in list(self._pending):
+            if self._per_key.get(key, 0) >= self.max_per_key:
+                continue  # this key waits for one of its calls to finish; the next key may go
             queue = self._pending[key]
             batch: list[_Waiter[J]] = []
             items = 0
@@ -96,14 +103,21 @@ class Coalescer(Generic[K, J]):
             taken = self._take()
             if taken is None:
                 return
+            key = taken[0]
             self._inflight += 1
+            self._per_key[key] = self._per_key.get(key, 0) + 1
             task = asyncio.get_running_loop().create_task(self._call(*taken), name=f"coalesce-{self.name}")
             self._tasks.add(task)
-            task.add_done_callback(self._done)
+            task.add_done_callback(lambda t, k=key: self._done(t, k))
 
-    def _done(self, task: asyncio.Task[None]) -> None:
+    def _done(self, task: asyncio.Task[None], key: K) -> None:
         self._tasks.discard(task)
         self._inflight -= 1
+        left = self._per_key[key] - 1
+        if left:
+            self._per_key[key] = left
+        else:
+            del self._per_key[key]
         self._pump()
 
     async def _call(self, key: K, batch: list[_Waiter[J]]) -> None:

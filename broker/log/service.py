@@ -44,9 +44,14 @@ FLAG_TTL_S = 10.0
 LISTEN_SLACK_S = 10.0
 # Group commit (broker/log/coalesce.py): requests of at most COALESCE_REQUEST_ITEMS items share a call;
 # bigger ones already amortise their statement and go alone. At most COALESCE_INFLIGHT calls of a kind
-# run at once per worker, each of at most COALESCE_CALL_ITEMS items.
+# run at once per worker, each of at most COALESCE_CALL_ITEMS items. A tenant's pushes run one call at
+# a time per worker (other tenants take the second slot): a push call holds its partitions' row locks
+# until its commit, so a second call of the same tenant mostly queued behind the first on those rows
+# while splitting the waiting requests into smaller calls, costlier per message. One call per tenant
+# measured +29 % push msg/s at 2 partitions and no loss elsewhere (docs/performance.md, "Push").
 COALESCE_REQUEST_ITEMS = 20
 COALESCE_INFLIGHT = 2
+COALESCE_PUSH_PER_TENANT = 1
 COALESCE_CALL_ITEMS = 500
 COALESCE_POP_JOBS = 32  # pops gathered into one statement (each runs its own queen_pop: a pop is a job)
 
@@ -79,7 +84,8 @@ class LogService:
         self.worker = f"{broker.worker_index}-{uuid.uuid4().hex[:12]}"
         self._listening: dict[tuple[str, str], float] = {}
         self.push_coalescer: Coalescer[str, tuple[Principal, list[PushItem]]] = Coalescer(
-            "push", self._push_group, max_inflight=COALESCE_INFLIGHT, max_items=COALESCE_CALL_ITEMS)
+            "push", self._push_group, max_inflight=COALESCE_INFLIGHT, max_items=COALESCE_CALL_ITEMS,
+            max_per_key=COALESCE_PUSH_PER_TENANT)
         self.ack_coalescer: Coalescer[str, list[AckItem]] = Coalescer(
             "ack", self._ack_group, max_inflight=COALESCE_INFLIGHT, max_items=COALESCE_CALL_ITEMS)
         # Pops gather too: concurrent pops of a tenant (woken long polls, consumers polling at once) go
