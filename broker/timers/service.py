@@ -349,6 +349,7 @@ def _recur_call(
     cand_idx: list[int] = []
     cands: list[datetime] = []
     minted = iter(uuid7_text(sum(1 for op in ops if op.recur is not None)))
+    firsts: dict[tuple[str | None, str | None], list[datetime]] = {}  # a batch shares its expressions
     for n, op in enumerate(ops, start=1):  # n: the statement's ordinality
         queues.append(op.queue)
         keys.append(op.key)
@@ -377,7 +378,10 @@ def _recur_call(
             delays.append(op.recur.every_ms if op.delay_ms is None else op.delay_ms)
         else:
             delays.append(None)
-            for c in op.recur.first_candidates(now):
+            shape = (op.recur.cron, op.recur.zone)
+            if shape not in firsts:
+                firsts[shape] = op.recur.first_candidates(now)
+            for c in firsts[shape]:
                 cand_idx.append(n)
                 cands.append(c)
     return TimersRecurApply(

@@ -1117,8 +1117,14 @@ $$;
 --   'resume'   -> 'resumed' (due_at = deliver_at: the occurrence it was paused at is due at once when it
 --                 passed, and the schedule's missed policy decides what fires) | 'not_recurring' | 'absent'
 --                 | 'too_late'.
--- Per op, in key order (the lock order of queen_timers_apply: two batches wait, never deadlock): a
--- recurring schedule is an occasional call, not the ingest path the one-shot apply is shaped for.
+-- Set-based, a handful of statements whatever the batch (a statement per op cost each op the
+-- statement-level triggers of queen_timers: 256 cron schedules took 23 ms in this function, see
+-- docs/performance.md): (1) the batch's existing rows are locked in key order, the lock order of
+-- queen_timers_apply, and what the answers need of them is kept; (2) the schedules are written by one
+-- INSERT in key order; (3) pauses and resumes by one UPDATE each, on rows already locked; (4) the answers.
+-- Two batches wait for each other in key order. One interleaving can still deadlock (a key another
+-- transaction creates between this call's lock step and its INSERT, while a third batch holds it): the
+-- database breaks it and the call answers 503 database_conflict, nothing of it written.
 -- Encryption and the scheduling switch as queen_timers_apply (QT002, QT001). NOTIFY as apply: a first
 -- occurrence or a resumed one due within p_near_ms wakes the sweepers.
 CREATE OR REPLACE FUNCTION queen_timers_recur_apply(
@@ -1145,13 +1151,13 @@ SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
-    o       record;
-    cur     record;
-    v_bad   text;
-    v_first timestamptz;
-    v_txn   text;
-    v_near  timestamptz;
-    v_st    text;
+    v_bad     text;
+    v_near    timestamptz;
+    v_resumed timestamptz;
+    -- by op index: the key's row existed, was recurring, was claimed (its occurrence being fired)
+    c_found   boolean[];
+    c_rec     boolean[];
+    c_claimed boolean[];
 BEGIN
     IF p_check_switch AND NOT queen_timers_scheduling_enabled() THEN
         RAISE EXCEPTION 'timer scheduling is switched off by an operator' USING ERRCODE = 'QT001';
@@ -1168,85 +1174,101 @@ BEGIN
         INSERT INTO queen_tenants (tenant) VALUES (p_tenant) ON CONFLICT DO NOTHING;
     END IF;
 
-    FOR o IN
-        -- each cron op's first occurrence: its earliest candidate after now(), all ops in one grouping
+    -- (1) lock, in key order
+    SELECT array_agg(l.timer_key IS NOT NULL ORDER BY u.i),
+           array_agg(coalesce(l.recurring, false) ORDER BY u.i),
+           array_agg(coalesce(l.claimed, false) ORDER BY u.i)
+      INTO c_found, c_rec, c_claimed
+    FROM generate_subscripts(p_ops, 1) AS u(i)
+    LEFT JOIN (SELECT t.queue, t.timer_key, t.recur IS NOT NULL AS recurring,
+                      (t.claim_token IS NOT NULL AND t.claimed_until > now()) AS claimed
+               FROM unnest(p_queues, p_keys) AS k(q, k)
+               JOIN queen_timers t ON t.tenant = p_tenant AND t.queue = k.q AND t.timer_key = k.k
+               ORDER BY t.queue, t.timer_key
+               FOR UPDATE OF t) l ON l.queue = p_queues[u.i] AND l.timer_key = p_keys[u.i];
+
+    -- (2) the schedules. A cron schedule's first occurrence: its earliest candidate after now().
+    IF 'schedule' = ANY (p_ops) THEN
+        IF EXISTS (
+            SELECT 1
+            FROM unnest(p_ops, p_delays) WITH ORDINALITY AS u(op, d, i)
+            LEFT JOIN (SELECT DISTINCT c.i FROM unnest(p_cand_idx, p_cands) AS c(i, t) WHERE c.t > now()) f
+                   ON f.i = u.i
+            WHERE u.op = 'schedule' AND u.d IS NULL AND NOT c_claimed[u.i] AND f.i IS NULL
+        ) THEN
+            RAISE EXCEPTION 'no first occurrence after the database clock among the broker''s candidates'
+                USING ERRCODE = 'QT003';
+        END IF;
         WITH firsts AS (
             SELECT c.i, min(c.t) AS t FROM unnest(p_cand_idx, p_cands) AS c(i, t) WHERE c.t > now() GROUP BY c.i
-        )
-        SELECT u.ord::integer AS i, u.op, u.q, u.k, coalesce(u.p, 'Default') AS p, u.t, u.id, u.pl,
-               coalesce(u.z, false) AS z, u.kid, u.rc, u.d, f.t AS cron_first
-        FROM unnest(p_ops, p_queues, p_keys, p_partitions, p_txns, p_ids, p_payloads, p_zstd, p_key_ids, p_recur,
-                    p_delays) WITH ORDINALITY AS u(op, q, k, p, t, id, pl, z, kid, rc, d, ord)
-        LEFT JOIN firsts f ON f.i = u.ord
-        ORDER BY u.q, u.k
-    LOOP
-        SELECT t.recur, t.txn, t.message_id, t.deliver_at, t.due_at,
-               (t.claim_token IS NOT NULL AND t.claimed_until > now()) AS claimed
-          INTO cur
-        FROM queen_timers t
-        WHERE t.tenant = p_tenant AND t.queue = o.q AND t.timer_key = o.k
-        FOR UPDATE OF t;
-        IF FOUND AND cur.claimed THEN
-            idx := o.i; status := 'too_late'; txn := NULL; message_id := NULL; deliver_at := NULL;
-            RETURN NEXT;
-            CONTINUE;
-        END IF;
-
-        IF o.op = 'schedule' THEN
-            IF o.d IS NOT NULL THEN
-                v_first := now() + o.d * interval '1 millisecond';
-            ELSE
-                v_first := o.cron_first;
-                IF v_first IS NULL THEN
-                    RAISE EXCEPTION 'no first occurrence after the database clock among the broker''s candidates'
-                        USING ERRCODE = 'QT003';
-                END IF;
-            END IF;
-            v_txn := o.t || '@' || to_char(v_first AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"');
+        ), s AS (
+            SELECT u.q, u.k, coalesce(u.p, 'Default') AS p, u.t, u.id, u.pl, coalesce(u.z, false) AS z, u.kid, u.rc,
+                   CASE WHEN u.d IS NOT NULL THEN now() + u.d * interval '1 millisecond' ELSE f.t END AS first
+            FROM unnest(p_ops, p_queues, p_keys, p_partitions, p_txns, p_ids, p_payloads, p_zstd, p_key_ids, p_recur,
+                        p_delays) WITH ORDINALITY AS u(op, q, k, p, t, id, pl, z, kid, rc, d, i)
+            LEFT JOIN firsts f ON f.i = u.i
+            WHERE u.op = 'schedule' AND NOT c_claimed[u.i]
+        ), ins AS (
             INSERT INTO queen_timers AS t (tenant, queue, timer_key, partition, txn, message_id, payload,
                                            payload_zstd, key_id, producer_sub, deliver_at, due_at, payload_ready,
                                            recur, occurrences, last_fired_at)
-            VALUES (p_tenant, o.q, o.k, o.p, v_txn, o.id, o.pl, o.z, o.kid, p_sub, v_first, v_first, false,
-                    o.rc, 0, NULL)
+            SELECT p_tenant, s.q, s.k, s.p,
+                   s.t || '@' || to_char(s.first AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+                   s.id, s.pl, s.z, s.kid, p_sub, s.first, s.first, false, s.rc, 0, NULL
+            FROM s
+            ORDER BY s.q, s.k
             ON CONFLICT (tenant, queue, timer_key) DO UPDATE
                SET partition = excluded.partition, txn = excluded.txn, message_id = excluded.message_id,
                    payload = excluded.payload, payload_zstd = excluded.payload_zstd, key_id = excluded.key_id,
                    payload_ready = false, producer_sub = excluded.producer_sub, deliver_at = excluded.deliver_at,
                    due_at = excluded.due_at, attempts = 0, failures = 0, last_error = NULL,
                    claim_token = NULL, claimed_until = NULL, claimed_by = NULL, updated_at = now(),
-                   recur = excluded.recur, occurrences = 0, last_fired_at = NULL;
-            idx := o.i; status := CASE WHEN cur.txn IS NOT NULL THEN 'rescheduled' ELSE 'scheduled' END;
-            txn := v_txn; message_id := o.id; deliver_at := v_first;
-            v_near := least(v_near, v_first);
-            RETURN NEXT;
-            CONTINUE;
-        END IF;
+                   recur = excluded.recur, occurrences = 0, last_fired_at = NULL
+            RETURNING t.deliver_at
+        )
+        SELECT min(ins.deliver_at) INTO v_near FROM ins;
+    END IF;
 
-        IF cur.txn IS NULL THEN
-            v_st := 'absent';
-        ELSIF cur.recur IS NULL THEN
-            v_st := 'not_recurring';
-        ELSIF o.op = 'pause' THEN
-            UPDATE queen_timers t SET due_at = NULL, updated_at = now()
-            WHERE t.tenant = p_tenant AND t.queue = o.q AND t.timer_key = o.k AND t.due_at IS NOT NULL;
-            v_st := 'paused';
-        ELSE
+    -- (3) pauses (due_at NULL: no take reads it) and resumes (due_at = deliver_at: the occurrence it was
+    -- paused at is due at once when it passed, and the missed policy decides what fires)
+    IF 'pause' = ANY (p_ops) THEN
+        UPDATE queen_timers t SET due_at = NULL, updated_at = now()
+        FROM unnest(p_ops, p_queues, p_keys) WITH ORDINALITY AS u(op, q, k, i)
+        WHERE u.op = 'pause' AND c_rec[u.i] AND NOT c_claimed[u.i]
+          AND t.tenant = p_tenant AND t.queue = u.q AND t.timer_key = u.k AND t.due_at IS NOT NULL;
+    END IF;
+    IF 'resume' = ANY (p_ops) THEN
+        WITH r AS (
             UPDATE queen_timers t SET due_at = t.deliver_at, updated_at = now()
-            WHERE t.tenant = p_tenant AND t.queue = o.q AND t.timer_key = o.k AND t.due_at IS NULL;
-            IF FOUND THEN
-                v_near := least(v_near, cur.deliver_at);
-            END IF;
-            v_st := 'resumed';
-        END IF;
-        idx := o.i; status := v_st;
-        txn := CASE WHEN v_st = 'absent' THEN o.t ELSE cur.txn END;
-        message_id := CASE WHEN v_st IN ('paused', 'resumed') THEN cur.message_id END;
-        deliver_at := CASE WHEN v_st IN ('paused', 'resumed') THEN cur.deliver_at END;
-        RETURN NEXT;
-    END LOOP;
+            FROM unnest(p_ops, p_queues, p_keys) WITH ORDINALITY AS u(op, q, k, i)
+            WHERE u.op = 'resume' AND c_rec[u.i] AND NOT c_claimed[u.i]
+              AND t.tenant = p_tenant AND t.queue = u.q AND t.timer_key = u.k AND t.due_at IS NULL
+            RETURNING t.deliver_at
+        )
+        SELECT min(r.deliver_at) INTO v_resumed FROM r;
+        v_near := least(v_near, v_resumed);
+    END IF;
 
     IF p_near_ms >= 0 AND v_near IS NOT NULL AND v_near <= now() + p_near_ms * interval '1 millisecond' THEN
         PERFORM pg_notify('queen_timers', greatest(ceil(extract(epoch FROM v_near - now()) * 1000), 0)::bigint::text);
     END IF;
+
+    -- (4) the answers, in op order: what a row holds now (this call wrote it or holds its lock)
+    RETURN QUERY
+    SELECT u.i::integer, a.st,
+           CASE WHEN a.st = 'too_late' THEN NULL WHEN a.st = 'absent' THEN u.t ELSE t.txn END,
+           CASE WHEN a.st IN ('scheduled', 'rescheduled', 'paused', 'resumed') THEN t.message_id END,
+           CASE WHEN a.st IN ('scheduled', 'rescheduled', 'paused', 'resumed') THEN t.deliver_at END
+    FROM unnest(p_ops, p_queues, p_keys, p_txns) WITH ORDINALITY AS u(op, q, k, t, i)
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN c_claimed[u.i] THEN 'too_late'
+                    WHEN u.op = 'schedule' THEN CASE WHEN c_found[u.i] THEN 'rescheduled' ELSE 'scheduled' END
+                    WHEN NOT c_found[u.i] THEN 'absent'
+                    WHEN NOT c_rec[u.i] THEN 'not_recurring'
+                    WHEN u.op = 'pause' THEN 'paused'
+                    ELSE 'resumed' END AS st
+    ) a
+    LEFT JOIN queen_timers t ON t.tenant = p_tenant AND t.queue = u.q AND t.timer_key = u.k
+    ORDER BY u.i;
 END
 $$;
