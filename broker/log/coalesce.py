@@ -23,6 +23,7 @@ answered as usual.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
@@ -108,9 +109,9 @@ class Coalescer(Generic[K, J]):
             self._per_key[key] = self._per_key.get(key, 0) + 1
             task = asyncio.get_running_loop().create_task(self._call(*taken), name=f"coalesce-{self.name}")
             self._tasks.add(task)
-            task.add_done_callback(lambda t, k=key: self._done(t, k))
+            task.add_done_callback(functools.partial(self._done, key))
 
-    def _done(self, task: asyncio.Task[None], key: K) -> None:
+    def _done(self, key: K, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         self._inflight -= 1
         left = self._per_key[key] - 1
