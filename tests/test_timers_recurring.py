@@ -6,16 +6,20 @@ with no occurrence missed or doubled."""
 from __future__ import annotations
 
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
+import asyncpg
 import httpx
 import pytest
 from conftest import uniq
 from helpers import authed, b64, db_fetch, dedicated_broker, refused, wait_for
 
 from broker.errors import TIMERS_HINT_HEADER, TIMERS_HINT_VALUE
+from broker.store.queries import Q
+from broker.timers.calls import TimersRecurApply
 
 
 def every(queue: str, key: str, ms: int = 1_000, *, txn: str | None = None, missed: str | None = None,
@@ -175,6 +179,36 @@ def test_concurrent_batches_over_the_same_keys_all_apply(api, broker):
     assert [a.status_code for a in answers] == [200] * 8, [a.text[:200] for a in answers]
     rows = db_fetch(broker.dsn, "SELECT count(*) AS n, count(recur) AS r FROM queen_timers WHERE queue = $1", q)
     assert (rows[0]["n"], rows[0]["r"]) == (60, 60)
+
+
+def _cron_apply(keys: list[str], cands: list[tuple[int, datetime]]) -> TimersRecurApply:
+    n = len(keys)
+    return TimersRecurApply(
+        tenant="clock", sub="s", check_switch=False, near_ms=-1, ops=["schedule"] * n, queues=["q"] * n,
+        keys=keys, partitions=[None] * n, txns=[f"t-{k}" for k in keys], ids=[str(uuid.uuid4()) for _ in keys],
+        payloads=[b"{}"] * n,
+        zstd=[False] * n, key_ids=[None] * n, recur=['{"cron": "0 * * * *", "timeZone": "UTC", "missed": "once"}'] * n,
+        delays_ms=[None] * n, cand_idx=[i for i, _ in cands], cands=[t for _, t in cands], meter_period_s=0)
+
+
+async def test_a_cron_first_occurrence_is_chosen_by_the_database_clock(pg):
+    """The broker sends candidates around its own clock; the database keeps the earliest after ITS now,
+    and refuses the whole call (QT003: 503 timers_clock_skew) when a schedule has none, writing nothing."""
+    conn = await asyncpg.connect(pg.new_db())
+    try:
+        now = await conn.fetchval("SELECT now()")
+        past, soon, later = now - timedelta(hours=1), now + timedelta(hours=1), now + timedelta(hours=2)
+        call = _cron_apply(["a", "b"], [(1, past), (1, later), (1, soon), (2, past)])
+        with pytest.raises(asyncpg.PostgresError) as refused_call:
+            await conn.fetch(Q.timers_recur_apply, *call.args())
+        assert refused_call.value.sqlstate == "QT003"
+        assert await conn.fetchval("SELECT count(*) FROM queen_timers WHERE tenant = 'clock'") == 0
+        call = _cron_apply(["a", "b"], [(1, past), (1, later), (1, soon), (2, later)])
+        rows = await conn.fetch(Q.timers_recur_apply, *call.args())
+        assert [(r["status"], r["deliver_at"]) for r in rows] == [("scheduled", soon), ("scheduled", later)]
+        assert rows[0]["txn"].startswith("t-a@")
+    finally:
+        await conn.close()
 
 
 def test_paused_schedule_does_not_fire_and_resume_applies_the_missed_policy(api, broker):

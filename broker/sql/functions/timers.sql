@@ -1158,6 +1158,7 @@ DECLARE
     c_found   boolean[];
     c_rec     boolean[];
     c_claimed boolean[];
+    v_first   timestamptz[];  -- by op index: a schedule's first occurrence
 BEGIN
     IF p_check_switch AND NOT queen_timers_scheduling_enabled() THEN
         RAISE EXCEPTION 'timer scheduling is switched off by an operator' USING ERRCODE = 'QT001';
@@ -1187,26 +1188,25 @@ BEGIN
                ORDER BY t.queue, t.timer_key
                FOR UPDATE OF t) l ON l.queue = p_queues[u.i] AND l.timer_key = p_keys[u.i];
 
-    -- (2) the schedules. A cron schedule's first occurrence: its earliest candidate after now().
+    -- (2) the schedules. The first occurrence: now() + the delay of an interval schedule; a cron
+    -- schedule's earliest candidate after now().
     IF 'schedule' = ANY (p_ops) THEN
-        IF EXISTS (
-            SELECT 1
-            FROM unnest(p_ops, p_delays) WITH ORDINALITY AS u(op, d, i)
-            LEFT JOIN (SELECT DISTINCT c.i FROM unnest(p_cand_idx, p_cands) AS c(i, t) WHERE c.t > now()) f
-                   ON f.i = u.i
-            WHERE u.op = 'schedule' AND u.d IS NULL AND NOT c_claimed[u.i] AND f.i IS NULL
-        ) THEN
+        SELECT array_agg(CASE WHEN u.d IS NOT NULL THEN now() + u.d * interval '1 millisecond' ELSE f.t END
+                         ORDER BY u.i)
+          INTO v_first
+        FROM unnest(p_delays) WITH ORDINALITY AS u(d, i)
+        LEFT JOIN (SELECT c.i, min(c.t) AS t FROM unnest(p_cand_idx, p_cands) AS c(i, t)
+                   WHERE c.t > now() GROUP BY c.i) f ON f.i = u.i;
+        IF EXISTS (SELECT 1 FROM generate_subscripts(p_ops, 1) AS u(i)
+                   WHERE p_ops[u.i] = 'schedule' AND NOT c_claimed[u.i] AND v_first[u.i] IS NULL) THEN
             RAISE EXCEPTION 'no first occurrence after the database clock among the broker''s candidates'
                 USING ERRCODE = 'QT003';
         END IF;
-        WITH firsts AS (
-            SELECT c.i, min(c.t) AS t FROM unnest(p_cand_idx, p_cands) AS c(i, t) WHERE c.t > now() GROUP BY c.i
-        ), s AS (
+        WITH s AS (
             SELECT u.q, u.k, coalesce(u.p, 'Default') AS p, u.t, u.id, u.pl, coalesce(u.z, false) AS z, u.kid, u.rc,
-                   CASE WHEN u.d IS NOT NULL THEN now() + u.d * interval '1 millisecond' ELSE f.t END AS first
-            FROM unnest(p_ops, p_queues, p_keys, p_partitions, p_txns, p_ids, p_payloads, p_zstd, p_key_ids, p_recur,
-                        p_delays) WITH ORDINALITY AS u(op, q, k, p, t, id, pl, z, kid, rc, d, i)
-            LEFT JOIN firsts f ON f.i = u.i
+                   v_first[u.i] AS first
+            FROM unnest(p_ops, p_queues, p_keys, p_partitions, p_txns, p_ids, p_payloads, p_zstd, p_key_ids, p_recur)
+                 WITH ORDINALITY AS u(op, q, k, p, t, id, pl, z, kid, rc, i)
             WHERE u.op = 'schedule' AND NOT c_claimed[u.i]
         ), ins AS (
             INSERT INTO queen_timers AS t (tenant, queue, timer_key, partition, txn, message_id, payload,
