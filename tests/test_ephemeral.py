@@ -110,6 +110,9 @@ def test_pop_and_ack_refusals(api):
                          ({"id": "a", "leaseId": "x"}, "unknown_field"), ({"id": "a", "error": 5}, "bad_ack"),
                          ({"id": "a", "error": "n\u0000l"}, "bad_ack")]:
         refused(api.post("/api/v1/ephemeral/ack", json={"queue": "q", "acks": [acks]}), 400, "bad_request", reason)
+    for group in ("", None, 5):  # a group given must be a name: never read as the queue mode
+        refused(api.post("/api/v1/ephemeral/ack", json={"queue": "q", "group": group, "acks": [{"id": "a"}]}),
+                400, "bad_request", "bad_name")
     # an id this broker never minted is not an error: the outcome says it
     assert api.eph_ack(uniq("eph"), ["not-an-id", "x.1.1", "a\u0000.1.1", "x.\u00b2.1"]) == \
         ["unknown", "stale", "unknown", "unknown"]

@@ -86,7 +86,9 @@ async def pop(request: web.Request) -> web.Response:
 
 async def ack(request: web.Request) -> web.Response:
     p, body, queue = await _body(request, "consume", {"queue", "group", "acks"})
-    group = opt_str(body.get("group"), "group") or QUEUE_MODE
+    # A group given must be a name (its schema: a non-empty string); "" or null is refused, never read as
+    # the queue mode (the query string of a pop is where an empty value means "left out").
+    group = name(body["group"], "group") if "group" in body else QUEUE_MODE
     return json_response(await _svc(request).ack(p, queue, group, parse.acks(body.get("acks"))))
 
 
