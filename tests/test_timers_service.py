@@ -105,6 +105,58 @@ async def test_a_concurrent_schedule_of_the_same_key_waits_then_answers_by_what_
         await b.close()
 
 
+CANCEL_ROWS = "SELECT idx, status, txn, message_id, deliver_at FROM queen_timers_apply($1, 's', false, -1, $2, $3, $4, NULL, $5, NULL, NULL, NULL, NULL, NULL, NULL)"
+
+
+async def _cancels(conn: asyncpg.Connection, tenant: str, keys: list[str]) -> list[tuple]:
+    """Cancels of ``keys`` in queue q, each with txn ``echo-<key>``: one call per key (the one-cancel
+    path) and one call for all of them (the general statement), the answers as tuples."""
+    args = (["cancel"] * len(keys), ["q"] * len(keys), keys, [f"echo-{k}" for k in keys])
+    return [tuple(r)[1:] for r in await conn.fetch(CANCEL_ROWS, tenant, *args)]
+
+
+@pytest.mark.parametrize("one_at_a_time", [True, False])
+async def test_a_single_cancel_answers_as_the_general_statement_does(conn, one_at_a_time):
+    """One cancel takes its own path (lock by key, delete by ctid): cancelled with the stored txn, too_late
+    for a leased row (kept), absent with the caller's txn; the pending gauge follows. The same keys in
+    one call go through the general statement: the same answers."""
+    t = f"one-{one_at_a_time}"
+    await sql_apply(conn, t, [("schedule", "q", "live"), ("schedule", "q", "held")])
+    assert await conn.fetchval(Q.timers_hold, t, "q", "held", 60_000) is not None
+    keys = ["live", "held", "none"]
+    if one_at_a_time:
+        got = [row for k in keys for row in await _cancels(conn, t, [k])]
+    else:
+        got = await _cancels(conn, t, keys)
+    assert got == [("cancelled", "t-live", None, None), ("too_late", "echo-held", None, None),
+                   ("absent", "echo-none", None, None)]
+    assert sorted(await stored(conn, t)) == ["held"]
+    assert await conn.fetchval(PENDING, t) == 1
+
+
+async def test_a_single_cancel_waits_for_a_reschedule_in_flight_and_deletes_what_it_committed(pg):
+    """A reschedules k (uncommitted); B's one cancel of k waits on the row lock, then deletes the row as A
+    left it: cancelled, with A's txn."""
+    dsn = pg.new_db()
+    a, b = await connect(dsn), await connect(dsn)
+    try:
+        await sql_apply(a, "tw", [("schedule", "q", "k")])
+        tx = a.transaction()
+        await tx.start()
+        call = apply_call("tw", [("reschedule", "q", "k")], txns=["moved"])
+        assert [r["status"] for r in await a.fetch(Q.timers_apply, *call.args())] == ["rescheduled"]
+        cancel = asyncio.ensure_future(_cancels(b, "tw", ["k"]))
+        await asyncio.sleep(0.3)
+        assert not cancel.done()  # waiting for A's row lock
+        await tx.commit()
+        assert await asyncio.wait_for(cancel, 10) == [("cancelled", "moved", None, None)]
+        assert await stored(b, "tw") == {}
+        assert await b.fetchval(PENDING, "tw") == 0
+    finally:
+        await a.close()
+        await b.close()
+
+
 async def test_a_timer_needs_its_tenant_and_a_tenant_with_timers_stays(conn):
     """What the foreign key held, kept per statement (broker/sql/migrations/0021_timer_tenant_check.sql): a timer
     of a tenant missing from queen_tenants is refused, whoever writes it; a tenant with timers cannot be
