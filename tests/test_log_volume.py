@@ -71,14 +71,13 @@ async def test_named_partition_pop_and_one_item_ack_read_only_their_partition(pg
         await conn.close()
 
 
-async def test_after_an_analyze_the_walk_and_an_ack_probe_only_the_partitions_they_visit(pg):
-    """The same bound on queen_partitions once the tables HAVE statistics, of a small table (where a scan
-    of a few pages is a fair plan for one row of queen_cursors): a queue of 100 partitions and another
-    tenant's 300, analyzed, then a fresh connection (its plans built on those statistics). A pop whose
-    walk finds a message at its first cursor, and the ack of it, read a few partition rows; as joins, the
-    walk's generic plan read every partition of the table into memory for each pop and compared each
-    cursor walked with each of them (10,201 comparisons for an empty pop of 101 partitions), and the
-    ack's hashed every partition of the table."""
+async def test_after_an_analyze_an_ack_probes_only_its_items_partitions(pg):
+    """The same bound on queen_partitions for queen_ack's item query once the tables HAVE statistics, of
+    a small table: a queue of 100 partitions and another tenant's 300, analyzed, then a fresh connection
+    (its plans built on those statistics). A two-item ack (its general statement) reads a few partition
+    rows; as a join, its generic plan hashed every partition of the table for each call (402 rows).
+    (The pop's walk, also a join there, reads the table's partitions once per pop in this state:
+    docs/performance.md, "Pop and ack", says why it was left as it is.)"""
     dsn = pg.new_db()
     setup = await asyncpg.connect(dsn)
     try:
@@ -89,26 +88,19 @@ async def test_after_an_analyze_the_walk_and_an_ack_probe_only_the_partitions_th
         while await pop(setup, "walk", batch=100, auto_ack=True):
             pass  # every cursor exists and has been claimed once
         await setup.execute("ANALYZE queen_partitions; ANALYZE queen_cursors")
-        first = await setup.fetchval(
-            "SELECT p.name FROM queen_cursors c JOIN queen_partitions p ON p.tenant = c.tenant AND p.id = c.partition_id "
-            "WHERE c.tenant = $1 AND c.queue = 'walk' ORDER BY c.claimed_at NULLS FIRST LIMIT 1", T)
     finally:
         await setup.close()
     conn = await asyncpg.connect(dsn)
     try:
         for attempt in range(4):  # the later calls run on the plans the first ones cached
-            await push(conn, "walk", first, [f"again{attempt}", f"more{attempt}"])
+            await push(conn, "walk", f"w{attempt}", [f"again{attempt}", f"more{attempt}"])
+            got = await pop(conn, "walk", partition=f"w{attempt}", batch=2)
+            assert [m["txn"] for m in got] == [f"again{attempt}", f"more{attempt}"]
             async with conn.transaction():
                 before = await conn.fetchval(PARTITIONS_READ)
-                got = await pop(conn, "walk", batch=2)
-                popped = await conn.fetchval(PARTITIONS_READ) - before
-                assert [m["txn"] for m in got] == [f"again{attempt}", f"more{attempt}"]
                 assert await ack(conn, got) == [True, True]  # two items: the ack's general statement
-                acked = await conn.fetchval(PARTITIONS_READ) - before - popped
-            assert popped < 10 and acked < 10, (attempt, popped, acked)
-            first = await conn.fetchval(  # the walk's first cursor now (the one just served went last)
-                "SELECT p.name FROM queen_cursors c JOIN queen_partitions p ON p.tenant = c.tenant AND p.id = c.partition_id "
-                "WHERE c.tenant = $1 AND c.queue = 'walk' ORDER BY c.claimed_at NULLS FIRST LIMIT 1", T)
+                acked = await conn.fetchval(PARTITIONS_READ) - before
+            assert acked < 10, (attempt, acked)
     finally:
         await conn.close()
 

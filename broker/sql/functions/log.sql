@@ -765,18 +765,11 @@ BEGIN
     -- The partitions to serve: the named one (its row alone), or the least recently claimed free ones
     -- of the group (a walk of queen_cursors_ready, the cursors with something to hand out, that stops at
     -- the first that can serve: one with a live lease or held back by a queue option is passed over).
-    -- Each cursor walked reads its partition's row by primary key (a LATERAL subquery under a LIMIT, so
-    -- it stays a probe). As a join, the generic plan built on a small table (a hundred partitions)
-    -- read the tenant's every partition into memory and compared each cursor with each of them: 10,201
-    -- comparisons for an empty pop of a 101-partition queue, 1.2 ms against 0.34 ms as probes
-    -- (docs/performance.md, "Pop and ack").
     IF v_pid IS NULL THEN
         OPEN v_cur FOR
             SELECT cu.partition_id AS pid, cu.acked_seq, cu.lease_id AS old_lease, cu.lease_end_seq, p.name, p.next_seq
             FROM queen_cursors cu
-            CROSS JOIN LATERAL (SELECT pp.name, pp.next_seq, pp.last_push_at FROM queen_partitions pp
-                                WHERE pp.tenant = p_tenant AND pp.id = cu.partition_id
-                                LIMIT 1) p  -- a probe per cursor walked (see above)
+            JOIN queen_partitions p ON p.tenant = cu.tenant AND p.id = cu.partition_id
             WHERE cu.tenant = p_tenant AND cu.queue = p_queue AND cu.consumer_group = p_group AND cu.ready
               AND queen_cursor_servable(p_tenant, p_group, cu.partition_id, cu.acked_seq, p.next_seq, cu.lease_until,
                                         p.last_push_at, q.window_s, v_gated, q.delay_s, q.retry_delay_ms)
@@ -972,11 +965,9 @@ BEGIN
         -- seq carries the milliseconds until that instant (by the database clock).
         IF v_pid IS NULL THEN
             SELECT min(cu.lease_until) INTO v_until FROM queen_cursors cu
-            CROSS JOIN LATERAL (SELECT pp.next_seq FROM queen_partitions pp
-                                WHERE pp.tenant = p_tenant AND pp.id = cu.partition_id
-                                LIMIT 1) p
+            JOIN queen_partitions p ON p.tenant = cu.tenant AND p.id = cu.partition_id
             WHERE cu.tenant = p_tenant AND cu.queue = p_queue AND cu.consumer_group = p_group AND cu.ready
-              AND cu.lease_until > now() AND p.next_seq - 1 > cu.acked_seq;
+              AND p.next_seq - 1 > cu.acked_seq AND cu.lease_until > now();
         ELSE
             SELECT cu.lease_until INTO v_until FROM queen_cursors cu, queen_partitions p
             WHERE cu.tenant = p_tenant AND cu.partition_id = v_pid AND cu.consumer_group = p_group
@@ -1080,7 +1071,10 @@ BEGIN
         FROM unnest(p_pids, p_txns, p_statuses, p_leases, p_groups, p_errors)
              WITH ORDINALITY AS u(pid, txn, st, lease, grp, err, i)
         LEFT JOIN queen_messages m ON m.tenant = p_tenant AND m.partition_id = u.pid AND m.txn = u.txn
-        LEFT JOIN LATERAL (SELECT pp.queue FROM queen_partitions pp  -- a probe per item (see queen_pop's walk)
+        -- Each item's partition by a probe (a LATERAL subquery under a LIMIT): as a join, the generic plan
+        -- built on statistics of a small table hashed every partition of the table for each call (402
+        -- partition rows read by a two-item ack of a 100-partition queue beside 300 others; under 10 so).
+        LEFT JOIN LATERAL (SELECT pp.queue FROM queen_partitions pp
                            WHERE pp.tenant = p_tenant AND pp.id = u.pid LIMIT 1) p ON true
         LEFT JOIN queen_queues qq ON qq.tenant = p_tenant AND qq.name = p.queue
         LEFT JOIN LATERAL (

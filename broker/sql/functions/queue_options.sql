@@ -63,9 +63,7 @@ LANGUAGE sql STABLE AS $$
                    END,
                    CASE WHEN p_window_s > 0 THEN p.last_push_at + p_window_s * interval '1 second' END) AS at
         FROM queen_cursors cu
-        CROSS JOIN LATERAL (SELECT pp.name, pp.next_seq, pp.last_push_at FROM queen_partitions pp
-                            WHERE pp.tenant = p_tenant AND pp.id = cu.partition_id
-                            LIMIT 1) p  -- a probe per cursor, as queen_pop's walk (broker/sql/functions/log.sql)
+        JOIN queen_partitions p ON p.tenant = cu.tenant AND p.id = cu.partition_id
         WHERE cu.tenant = p_tenant AND cu.queue = p_queue AND cu.consumer_group = p_group AND cu.ready
           AND (p_partition IS NULL OR p.name = p_partition)
           AND p.next_seq - 1 > cu.acked_seq

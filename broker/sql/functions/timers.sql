@@ -122,8 +122,8 @@ BEGIN
     -- One cancel (the DELETE route, or a batch of one): what the general statement decides for it, in
     -- two statements that touch only its row: lock it by key, then delete it by ctid unless a live lease
     -- holds it. The general statement is also an INSERT, so even a cancel fired queen_timers' insert
-    -- triggers (gauge, tenant check, freeze guard) and paid its CTEs and joins: about three times a bare
-    -- DELETE's database time (docs/performance.md, "Timers").
+    -- triggers (gauge, tenant check, freeze guard) and paid its CTEs and joins: about four times a bare
+    -- DELETE's database CPU (docs/performance.md, "Timers: schedule").
     IF cardinality(p_ops) = 1 AND p_ops[1] = 'cancel' THEN
         SELECT t.ctid, (t.claim_token IS NOT NULL AND t.claimed_until > now()) INTO v_tid, v_claimed
         FROM queen_timers t
