@@ -105,14 +105,11 @@ async def test_a_concurrent_schedule_of_the_same_key_waits_then_answers_by_what_
         await b.close()
 
 
-CANCEL_ROWS = "SELECT idx, status, txn, message_id, deliver_at FROM queen_timers_apply($1, 's', false, -1, $2, $3, $4, NULL, $5, NULL, NULL, NULL, NULL, NULL, NULL)"
-
-
 async def _cancels(conn: asyncpg.Connection, tenant: str, keys: list[str]) -> list[tuple]:
-    """Cancels of ``keys`` in queue q, each with txn ``echo-<key>``: one call per key (the one-cancel
-    path) and one call for all of them (the general statement), the answers as tuples."""
-    args = (["cancel"] * len(keys), ["q"] * len(keys), keys, [f"echo-{k}" for k in keys])
-    return [tuple(r)[1:] for r in await conn.fetch(CANCEL_ROWS, tenant, *args)]
+    """Cancels of ``keys`` in queue q in one call, each with txn ``echo-<key>`` (one key: the one-cancel
+    path; several: the general statement); (status, txn, message id, deliverAt) per key."""
+    call = apply_call(tenant, [("cancel", "q", k) for k in keys], txns=[f"echo-{k}" for k in keys])
+    return [tuple(r)[1:] for r in await conn.fetch(Q.timers_apply, *call.args())]
 
 
 @pytest.mark.parametrize("one_at_a_time", [True, False])

@@ -152,31 +152,29 @@ BEGIN
         RAISE EXCEPTION 'queue % encrypts at rest', v_bad USING ERRCODE = 'QT002', DETAIL = v_bad;
     END IF;
 
-    IF cardinality(p_ops) > 0 AND NOT ('cancel' = ANY (p_ops)) THEN
-        -- A probe first: the tenant almost always exists, and an INSERT ... ON CONFLICT that inserts
-        -- nothing still runs its speculative insertion and queen_tenants' statement triggers.
-        IF NOT EXISTS (SELECT 1 FROM queen_tenants t WHERE t.tenant = p_tenant) THEN
-            INSERT INTO queen_tenants (tenant) VALUES (p_tenant) ON CONFLICT DO NOTHING;
-        END IF;
-        -- Schedules only (no cancel, no reschedule: a client that says reschedule expects the row to
-        -- exist): first try them as new keys.
-        IF NOT ('reschedule' = ANY (p_ops)) THEN
-            BEGIN
-                INSERT INTO queen_timers (tenant, queue, timer_key, partition, txn, message_id, payload,
-                                          payload_zstd, key_id, producer_sub, deliver_at, due_at, payload_ready)
-                SELECT p_tenant, u.q, u.k, coalesce(u.p, 'Default'), u.t, u.id, u.pl, coalesce(u.z, false), u.kid,
-                       p_sub, now() + u.d * interval '1 millisecond', now() + u.d * interval '1 millisecond',
-                       coalesce(u.r, false)
-                FROM unnest(p_queues, p_keys, p_partitions, p_txns, p_ids, p_payloads, p_zstd, p_key_ids, p_delays,
-                            p_ready) AS u(q, k, p, t, id, pl, z, kid, d, r)
-                ORDER BY u.q, u.k;  -- key order, as the general statement locks: two batches wait, never deadlock
-                v_new := true;
-            EXCEPTION WHEN unique_violation THEN
-                v_new := false;  -- a key exists (or a concurrent schedule of it committed first)
-            END;
-        END IF;
-    ELSIF EXISTS (SELECT 1 FROM unnest(p_ops) o WHERE o <> 'cancel') THEN
+    -- The tenant row every schedule and reschedule needs (queen_timers_tenant_check). A probe first: the
+    -- tenant almost always exists, and an INSERT ... ON CONFLICT that inserts nothing still runs its
+    -- speculative insertion and queen_tenants' statement triggers.
+    IF NOT (p_ops <@ ARRAY['cancel']) AND NOT EXISTS (SELECT 1 FROM queen_tenants t WHERE t.tenant = p_tenant) THEN
         INSERT INTO queen_tenants (tenant) VALUES (p_tenant) ON CONFLICT DO NOTHING;
+    END IF;
+
+    -- Schedules only (no cancel, no reschedule: a client that says reschedule expects the row to exist):
+    -- first try them as new keys.
+    IF cardinality(p_ops) > 0 AND NOT ('cancel' = ANY (p_ops)) AND NOT ('reschedule' = ANY (p_ops)) THEN
+        BEGIN
+            INSERT INTO queen_timers (tenant, queue, timer_key, partition, txn, message_id, payload,
+                                      payload_zstd, key_id, producer_sub, deliver_at, due_at, payload_ready)
+            SELECT p_tenant, u.q, u.k, coalesce(u.p, 'Default'), u.t, u.id, u.pl, coalesce(u.z, false), u.kid,
+                   p_sub, now() + u.d * interval '1 millisecond', now() + u.d * interval '1 millisecond',
+                   coalesce(u.r, false)
+            FROM unnest(p_queues, p_keys, p_partitions, p_txns, p_ids, p_payloads, p_zstd, p_key_ids, p_delays,
+                        p_ready) AS u(q, k, p, t, id, pl, z, kid, d, r)
+            ORDER BY u.q, u.k;  -- key order, as the general statement locks: two batches wait, never deadlock
+            v_new := true;
+        EXCEPTION WHEN unique_violation THEN
+            v_new := false;  -- a key exists (or a concurrent schedule of it committed first)
+        END;
     END IF;
 
     IF v_new THEN
