@@ -16,25 +16,6 @@ BEGIN
 END
 $$;
 
--- The cursors of partitions a push just wrote to: every group has something to hand out there again
--- (queen_cursors.ready, migration 0027). Called by queen_push while it holds those partitions' row
--- locks. Only cursors marked drained are written: a partition with a backlog costs one probe of its
--- cursors by primary key. One statement per partition (a handful: the partitions of one push), each the
--- fast path's probe: as one set-based statement the join was flattened and planned on a table never
--- analysed as a read of the tenant's every cursor, 1,200 rows for a push over two of 600 partitions
--- (tests/test_log_cursor_ready.py counts them).
-CREATE OR REPLACE FUNCTION queen_cursors_refill(p_tenant text, p_pids uuid[]) RETURNS void
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_pid uuid;
-BEGIN
-    FOREACH v_pid IN ARRAY coalesce(p_pids, '{}') LOOP  -- (none: a batch with no partition)
-        UPDATE queen_cursors cu SET ready = true
-        WHERE cu.tenant = p_tenant AND cu.partition_id = v_pid AND NOT cu.ready;
-    END LOOP;
-END
-$$;
-
 -- queen_push: write a batch of messages in one statement. Every writer of the log (push, transaction,
 -- timer fire) goes through it.
 --
@@ -104,6 +85,8 @@ DECLARE
     v_dp   text[];
     v_tids tid[];
     v_pids uuid[];
+    v_refill uuid[];
+    v_have integer;
     v_mtids text[];
     v_ord  integer;
     v_mq   text[];
@@ -169,7 +152,7 @@ BEGIN
             END;
         END IF;
         -- Every group has something to hand out here again (migration 0027): under the row lock taken above
-        -- (queen_cursors_refill's statement for the one partition, inline on the hottest path).
+        -- (the general path's statement, for the one partition).
         UPDATE queen_cursors cu SET ready = true
         WHERE cu.tenant = p_tenant AND cu.partition_id = v_pid AND NOT cu.ready;
         IF v_ok THEN
@@ -236,42 +219,53 @@ BEGIN
     FROM (SELECT DISTINCT x.q, x.p FROM unnest(p_queues, p_partitions) AS x(q, p)
           WHERE x.q IS NOT NULL AND x.p IS NOT NULL) d;
 
-    INSERT INTO queen_queues (tenant, name)
-    SELECT p_tenant, d.q
-    FROM (SELECT DISTINCT x.q FROM unnest(v_dq) AS x(q)) d
-    WHERE (SELECT 1 FROM queen_queues qq WHERE qq.tenant = p_tenant AND qq.name = d.q) IS NULL
-    ORDER BY d.q
-    ON CONFLICT DO NOTHING;
+    -- Queues and partitions are created only when one of the batch's is missing, as the probes of this
+    -- statement (one by key per partition, LATERAL under a LIMIT) find: the two INSERT statements below
+    -- cost 0.15 ms a push even when they wrote nothing (docs/performance.md, "Push"). A partition another
+    -- transaction is creating is not seen yet, so the INSERTs run, and wait for it as before.
+    SELECT count(*) INTO v_have
+    FROM unnest(v_dq, v_dp) AS d(q, p)
+    CROSS JOIN LATERAL (SELECT 1 FROM queen_partitions qp
+                        WHERE qp.tenant = p_tenant AND qp.queue = d.q AND qp.name = d.p
+                        LIMIT 1) x;
+    IF v_have < coalesce(cardinality(v_dq), 0) THEN
+        INSERT INTO queen_queues (tenant, name)
+        SELECT p_tenant, d.q
+        FROM (SELECT DISTINCT x.q FROM unnest(v_dq) AS x(q)) d
+        WHERE (SELECT 1 FROM queen_queues qq WHERE qq.tenant = p_tenant AND qq.name = d.q) IS NULL
+        ORDER BY d.q
+        ON CONFLICT DO NOTHING;
 
-    -- partition_count grows by the partitions THIS statement created. A recount (count(*) of the
-    -- queue's partitions) reads the statement's snapshot: two pushes creating two new partitions of one
-    -- queue concurrently each counted only their own, the second wrote its count after waiting for the
-    -- first's row lock, and the queue kept one partition fewer than it had. queen_pop creates a group's
-    -- cursors only while cursor_count < partition_count, so the newest partition never got a cursor
-    -- and its messages were never delivered (seen as a 100,000-timer burst over 16 partitions whose
-    -- consumer received exactly 15/16 of it). An increment applies to the row version it locked.
-    WITH made AS (
-        INSERT INTO queen_partitions (tenant, id, queue, name)
-        SELECT p_tenant, queen_partition_id(), d.q, d.p
-        FROM unnest(v_dq, v_dp) AS d(q, p)
-        WHERE (SELECT 1 FROM queen_partitions qp
-               WHERE qp.tenant = p_tenant AND qp.queue = d.q AND qp.name = d.p) IS NULL
-        ON CONFLICT (tenant, queue, name) DO NOTHING
-        RETURNING queue, id, ctid
-    )
-    SELECT array_agg(m.queue), array_agg(m.n), array_agg(m.tids) INTO v_mq, v_mn, v_mtids
-    FROM (SELECT made.queue, count(*)::integer AS n, array_agg(made.ctid ORDER BY made.id)::text AS tids
-          FROM made GROUP BY made.queue) m;
-    FOR i IN 1 .. coalesce(cardinality(v_mq), 0) LOOP  -- (rare: the batch created partitions) by key
-        UPDATE queen_queues qq SET partition_count = qq.partition_count + v_mn[i]
-        WHERE qq.tenant = p_tenant AND qq.name = v_mq[i]
-        RETURNING qq.partition_count INTO v_ord;
-        -- their ordinals: the queue's last v_mn[i] (numbered under the queue row's lock, see queen_pop);
-        -- the rows this statement inserted, by ctid (a TID scan, never a read of the tenant's partitions)
-        UPDATE queen_partitions qp SET ordinal = v_ord - v_mn[i] + x.n
-        FROM unnest(v_mtids[i]::tid[]) WITH ORDINALITY AS x(tid, n)
-        WHERE qp.ctid = ANY (v_mtids[i]::tid[]) AND qp.ctid = x.tid;
-    END LOOP;
+        -- partition_count grows by the partitions THIS statement created. A recount (count(*) of the
+        -- queue's partitions) reads the statement's snapshot: two pushes creating two new partitions of one
+        -- queue concurrently each counted only their own, the second wrote its count after waiting for the
+        -- first's row lock, and the queue kept one partition fewer than it had. queen_pop creates a group's
+        -- cursors only while cursor_count < partition_count, so the newest partition never got a cursor
+        -- and its messages were never delivered (seen as a 100,000-timer burst over 16 partitions whose
+        -- consumer received exactly 15/16 of it). An increment applies to the row version it locked.
+        WITH made AS (
+            INSERT INTO queen_partitions (tenant, id, queue, name)
+            SELECT p_tenant, queen_partition_id(), d.q, d.p
+            FROM unnest(v_dq, v_dp) AS d(q, p)
+            WHERE (SELECT 1 FROM queen_partitions qp
+                   WHERE qp.tenant = p_tenant AND qp.queue = d.q AND qp.name = d.p) IS NULL
+            ON CONFLICT (tenant, queue, name) DO NOTHING
+            RETURNING queue, id, ctid
+        )
+        SELECT array_agg(m.queue), array_agg(m.n), array_agg(m.tids) INTO v_mq, v_mn, v_mtids
+        FROM (SELECT made.queue, count(*)::integer AS n, array_agg(made.ctid ORDER BY made.id)::text AS tids
+              FROM made GROUP BY made.queue) m;
+        FOR i IN 1 .. coalesce(cardinality(v_mq), 0) LOOP  -- (rare: the batch created partitions) by key
+            UPDATE queen_queues qq SET partition_count = qq.partition_count + v_mn[i]
+            WHERE qq.tenant = p_tenant AND qq.name = v_mq[i]
+            RETURNING qq.partition_count INTO v_ord;
+            -- their ordinals: the queue's last v_mn[i] (numbered under the queue row's lock, see queen_pop);
+            -- the rows this statement inserted, by ctid (a TID scan, never a read of the tenant's partitions)
+            UPDATE queen_partitions qp SET ordinal = v_ord - v_mn[i] + x.n
+            FROM unnest(v_mtids[i]::tid[]) WITH ORDINALITY AS x(tid, n)
+            WHERE qp.ctid = ANY (v_mtids[i]::tid[]) AND qp.ctid = x.tid;
+        END LOOP;
+    END IF;
 
     -- Lock the partitions in the arrays' order: a LATERAL subquery that names the outer row and locks
     -- (so it is never flattened into a join) is a nested loop, one probe and lock per element, in the
@@ -282,7 +276,22 @@ BEGIN
     CROSS JOIN LATERAL (SELECT qp.ctid AS tid, qp.id AS pid FROM queen_partitions qp
                         WHERE qp.tenant = p_tenant AND qp.queue = d.q AND qp.name = d.p
                         FOR UPDATE) l;
-    PERFORM queen_cursors_refill(p_tenant, v_pids);  -- (as the fast path, under the locks just taken)
+    -- Every group has something to hand out in these partitions again (queen_cursors.ready, migration
+    -- 0027), under the locks just taken, as the fast path does for its one partition: first which of
+    -- them have a cursor marked drained, in one statement of probes by primary key (LATERAL under a
+    -- LIMIT, so never flattened into a read of the tenant's every cursor: tests/test_log_cursor_ready.py
+    -- counts the rows), then an update by key for those alone. Below queen_ready_min() partitions no
+    -- cursor is ever marked drained, and a hot partition's cursors are ready anyway: the update is rare.
+    -- (A statement per partition cost 0.19 ms a push over five partitions: docs/performance.md.)
+    SELECT array_agg(x.pid) INTO v_refill
+    FROM unnest(v_pids) AS x(pid)
+    CROSS JOIN LATERAL (SELECT 1 FROM queen_cursors cu
+                        WHERE cu.tenant = p_tenant AND cu.partition_id = x.pid AND NOT cu.ready
+                        LIMIT 1) d;
+    FOREACH v_pid IN ARRAY coalesce(v_refill, '{}') LOOP
+        UPDATE queen_cursors cu SET ready = true
+        WHERE cu.tenant = p_tenant AND cu.partition_id = v_pid AND NOT cu.ready;
+    END LOOP;
 
     -- As the fast path: first as if every item were new, numbered per partition by position; a
     -- duplicate (stored or within the batch) undoes the attempt and the statement after it finds them.
