@@ -76,8 +76,7 @@ async def test_after_an_analyze_an_ack_probes_only_its_items_partitions(pg):
     a small table: a queue of 100 partitions and another tenant's 300, analyzed, then a fresh connection
     (its plans built on those statistics). A two-item ack (its general statement) reads a few partition
     rows; as a join, its generic plan hashed every partition of the table for each call (402 rows).
-    (The pop's walk, also a join there, reads the table's partitions once per pop in this state:
-    docs/performance.md, "Pop and ack", says why it was left as it is.)"""
+    (The pop's walk has the same bound: the next test.)"""
     dsn = pg.new_db()
     setup = await asyncpg.connect(dsn)
     try:
@@ -101,6 +100,43 @@ async def test_after_an_analyze_an_ack_probes_only_its_items_partitions(pg):
                 assert await ack(conn, got) == [True, True]  # two items: the ack's general statement
                 acked = await conn.fetchval(PARTITIONS_READ) - before
             assert acked < 10, (attempt, acked)
+    finally:
+        await conn.close()
+
+
+async def test_after_an_analyze_a_pop_walk_probes_only_the_partitions_it_walks(pg):
+    """The same bound for queen_pop's walk (a pop naming no partition) and its empty answer's lease hint,
+    in the same state: a queue of 100 partitions beside another tenant's 300, analyzed, a fresh
+    connection. A walk reads the partition row of each cursor it passes, at most the queue's 100; as a
+    join, the generic plan on those statistics read every partition of the table for each pop (317-401
+    rows with a message to hand out, 400 without) and compared each cursor walked with each: a pop's
+    cost grew with the other tenants' partitions."""
+    dsn = pg.new_db()
+    setup = await asyncpg.connect(dsn)
+    try:
+        for i in range(300):
+            await sql_push(setup, "other", "elsewhere", [f"o{i}"], f"o{i}", payload=b"1")
+        for i in range(100):
+            await push(setup, "walk", f"w{i}", [f"w{i}"])
+        while await pop(setup, "walk", batch=100, auto_ack=True):
+            pass  # every cursor exists and has been claimed once
+        await setup.execute("ANALYZE queen_partitions; ANALYZE queen_cursors")
+    finally:
+        await setup.close()
+    conn = await asyncpg.connect(dsn)
+    try:
+        for attempt in range(6):  # the later calls run on the plans the first ones cached
+            await push(conn, "walk", f"w{attempt * 7}", [f"again{attempt}"])
+            async with conn.transaction():
+                before = await conn.fetchval(PARTITIONS_READ)
+                got = await pop(conn, "walk", batch=100, auto_ack=True)
+                popped = await conn.fetchval(PARTITIONS_READ) - before
+            assert [m["txn"] for m in got] == [f"again{attempt}"]
+            async with conn.transaction():
+                before = await conn.fetchval(PARTITIONS_READ)
+                assert await pop(conn, "walk", batch=100, auto_ack=True) == []  # the walk, then the hint
+                empty = await conn.fetchval(PARTITIONS_READ) - before
+            assert popped <= 100 and empty <= 100, (attempt, popped, empty)
     finally:
         await conn.close()
 

@@ -775,10 +775,18 @@ BEGIN
     -- of the group (a walk of queen_cursors_ready, the cursors with something to hand out, that stops at
     -- the first that can serve: one with a live lease or held back by a queue option is passed over).
     IF v_pid IS NULL THEN
+        -- Each cursor walked reads its partition's row by primary key (a LATERAL subquery under a LIMIT,
+        -- so it stays a probe). As a join, the generic plan built on statistics of a small table (up to
+        -- some thousands of partitions) read every partition of the tenant, held them in memory and
+        -- compared each cursor walked with each: 11,619 comparisons, 2.5 ms, for a pop of a 101-partition
+        -- queue beside the tenant's other 428 partitions, a cost growing with the tenant's partitions
+        -- (tests/test_log_volume.py counts the rows; docs/performance.md, "Pop and ack").
         OPEN v_cur FOR
             SELECT cu.partition_id AS pid, cu.acked_seq, cu.lease_id AS old_lease, cu.lease_end_seq, p.name, p.next_seq
             FROM queen_cursors cu
-            JOIN queen_partitions p ON p.tenant = cu.tenant AND p.id = cu.partition_id
+            CROSS JOIN LATERAL (SELECT pp.name, pp.next_seq, pp.last_push_at FROM queen_partitions pp
+                                WHERE pp.tenant = p_tenant AND pp.id = cu.partition_id
+                                LIMIT 1) p
             WHERE cu.tenant = p_tenant AND cu.queue = p_queue AND cu.consumer_group = p_group AND cu.ready
               AND queen_cursor_servable(p_tenant, p_group, cu.partition_id, cu.acked_seq, p.next_seq, cu.lease_until,
                                         p.last_push_at, q.window_s, v_gated, q.delay_s, q.retry_delay_ms)
@@ -974,9 +982,11 @@ BEGIN
         -- seq carries the milliseconds until that instant (by the database clock).
         IF v_pid IS NULL THEN
             SELECT min(cu.lease_until) INTO v_until FROM queen_cursors cu
-            JOIN queen_partitions p ON p.tenant = cu.tenant AND p.id = cu.partition_id
+            CROSS JOIN LATERAL (SELECT pp.next_seq FROM queen_partitions pp
+                                WHERE pp.tenant = p_tenant AND pp.id = cu.partition_id
+                                LIMIT 1) p  -- a probe per cursor, as the walk's
             WHERE cu.tenant = p_tenant AND cu.queue = p_queue AND cu.consumer_group = p_group AND cu.ready
-              AND p.next_seq - 1 > cu.acked_seq AND cu.lease_until > now();
+              AND cu.lease_until > now() AND p.next_seq - 1 > cu.acked_seq;
         ELSE
             SELECT cu.lease_until INTO v_until FROM queen_cursors cu, queen_partitions p
             WHERE cu.tenant = p_tenant AND cu.partition_id = v_pid AND cu.consumer_group = p_group
