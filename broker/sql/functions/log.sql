@@ -777,9 +777,9 @@ BEGIN
     IF v_pid IS NULL THEN
         -- Each cursor walked reads its partition's row by primary key (a LATERAL subquery under a LIMIT,
         -- so it stays a probe). As a join, the generic plan built on statistics of a small table (up to
-        -- some thousands of partitions) read every partition of the tenant, held them in memory and
-        -- compared each cursor walked with each: 11,619 comparisons, 2.5 ms, for a pop of a 101-partition
-        -- queue beside the tenant's other 428 partitions, a cost growing with the tenant's partitions
+        -- some thousands of partitions) read every partition row of the table, held the tenant's in memory
+        -- and compared each cursor walked with each: 11,619 comparisons, 2.5 ms, for a pop of a
+        -- 101-partition queue beside the tenant's other 428 partitions, a cost growing with the table
         -- (tests/test_log_volume.py counts the rows; docs/performance.md, "Pop and ack").
         OPEN v_cur FOR
             SELECT cu.partition_id AS pid, cu.acked_seq, cu.lease_id AS old_lease, cu.lease_end_seq, p.name, p.next_seq
