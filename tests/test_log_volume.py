@@ -71,12 +71,10 @@ async def test_named_partition_pop_and_one_item_ack_read_only_their_partition(pg
         await conn.close()
 
 
-async def test_after_an_analyze_an_ack_probes_only_its_items_partitions(pg):
-    """The same bound on queen_partitions for queen_ack's item query once the tables HAVE statistics, of
-    a small table: a queue of 100 partitions and another tenant's 300, analyzed, then a fresh connection
-    (its plans built on those statistics). A two-item ack (its general statement) reads a few partition
-    rows; as a join, its generic plan hashed every partition of the table for each call (402 rows).
-    (The pop's walk has the same bound: the next test.)"""
+async def analyzed_small(pg) -> str:
+    """A database whose log tables HAVE statistics, of small tables: queue "walk" of 100 partitions, every
+    cursor made and claimed once, beside another tenant's 300 partitions, analyzed. Its DSN: connect
+    afresh, so the plans are built on those statistics."""
     dsn = pg.new_db()
     setup = await asyncpg.connect(dsn)
     try:
@@ -85,11 +83,20 @@ async def test_after_an_analyze_an_ack_probes_only_its_items_partitions(pg):
         for i in range(100):
             await push(setup, "walk", f"w{i}", [f"w{i}"])
         while await pop(setup, "walk", batch=100, auto_ack=True):
-            pass  # every cursor exists and has been claimed once
+            pass
         await setup.execute("ANALYZE queen_partitions; ANALYZE queen_cursors")
     finally:
         await setup.close()
-    conn = await asyncpg.connect(dsn)
+    return dsn
+
+
+async def test_after_an_analyze_an_ack_probes_only_its_items_partitions(pg):
+    """The same bound on queen_partitions for queen_ack's item query once the tables HAVE statistics, of
+    a small table: a queue of 100 partitions and another tenant's 300, analyzed, then a fresh connection
+    (its plans built on those statistics). A two-item ack (its general statement) reads a few partition
+    rows; as a join, its generic plan hashed every partition of the table for each call (402 rows).
+    (The pop's walk has the same bound: the next test.)"""
+    conn = await asyncpg.connect(await analyzed_small(pg))
     try:
         for attempt in range(4):  # the later calls run on the plans the first ones cached
             await push(conn, "walk", f"w{attempt}", [f"again{attempt}", f"more{attempt}"])
@@ -111,19 +118,7 @@ async def test_after_an_analyze_a_pop_walk_probes_only_the_partitions_it_walks(p
     join, the generic plan on those statistics read every partition of the table for each pop (317-401
     rows with a message to hand out, 400 without) and compared each cursor walked with each: a pop's
     cost grew with the other tenants' partitions."""
-    dsn = pg.new_db()
-    setup = await asyncpg.connect(dsn)
-    try:
-        for i in range(300):
-            await sql_push(setup, "other", "elsewhere", [f"o{i}"], f"o{i}", payload=b"1")
-        for i in range(100):
-            await push(setup, "walk", f"w{i}", [f"w{i}"])
-        while await pop(setup, "walk", batch=100, auto_ack=True):
-            pass  # every cursor exists and has been claimed once
-        await setup.execute("ANALYZE queen_partitions; ANALYZE queen_cursors")
-    finally:
-        await setup.close()
-    conn = await asyncpg.connect(dsn)
+    conn = await asyncpg.connect(await analyzed_small(pg))
     try:
         for attempt in range(6):  # the later calls run on the plans the first ones cached
             await push(conn, "walk", f"w{attempt * 7}", [f"again{attempt}"])
