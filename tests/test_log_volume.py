@@ -114,10 +114,10 @@ async def test_after_an_analyze_an_ack_probes_only_its_items_partitions(pg):
 async def test_after_an_analyze_a_pop_walk_probes_only_the_partitions_it_walks(pg):
     """The same bound for queen_pop's walk (a pop naming no partition) and its empty answer's lease hint,
     in the same state: a queue of 100 partitions beside another tenant's 300, analyzed, a fresh
-    connection. A walk reads the partition row of each cursor it passes, at most the queue's 100; as a
-    join, the generic plan on those statistics read every partition of the table for each pop (317-401
-    rows with a message to hand out, 400 without) and compared each cursor walked with each: a pop's
-    cost grew with the other tenants' partitions."""
+    connection. The walk and the hint read the partition row of each cursor they pass, at most the
+    queue's 100 each; as a join, the generic plan on those statistics read every partition of the table
+    for each pop (317-401 rows with a message to hand out, 400 without) and compared each cursor walked
+    with each: a pop's cost grew with the other tenants' partitions."""
     conn = await asyncpg.connect(await analyzed_small(pg))
     try:
         for attempt in range(6):  # the later calls run on the plans the first ones cached
@@ -131,7 +131,8 @@ async def test_after_an_analyze_a_pop_walk_probes_only_the_partitions_it_walks(p
                 before = await conn.fetchval(PARTITIONS_READ)
                 assert await pop(conn, "walk", batch=100, auto_ack=True) == []  # the walk, then the hint
                 empty = await conn.fetchval(PARTITIONS_READ) - before
-            assert popped <= 100 and empty <= 100, (attempt, popped, empty)
+            # at most a probe per cursor of the queue for the walk, and again for the hint: never the table
+            assert popped <= 200 and empty <= 200, (attempt, popped, empty)
     finally:
         await conn.close()
 
