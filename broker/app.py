@@ -108,8 +108,7 @@ async def metrics_middleware(request: web.Request, handler: Callable[[web.Reques
         status = resp.status
         return resp
     finally:
-        HTTP_REQUESTS.labels(route, request.method, str(status)).inc()
-        HTTP_LATENCY.labels(route, request.method).observe(time.perf_counter() - start)
+        metrics.observe_http(route, request.method, status, time.perf_counter() - start)
 
 
 @web.middleware

@@ -29,6 +29,25 @@ HTTP_LATENCY = Histogram(
     "queen_http_request_duration_seconds", "HTTP request latency by route and method", ["route", "method"], buckets=LATENCY_BUCKETS
 )
 
+# The labelled children of the two series above, per (route, method, status): ``labels()`` converts,
+# validates and takes a lock on every call, about 5 us of a request's CPU twice (py-spy of a route that
+# answers without the database: 80 us a request, against 45 for aiohttp alone). Bounded, because a
+# client chooses the method; past the bound, ``labels()`` as before.
+_HTTP_CHILDREN: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+_HTTP_CHILDREN_MAX = 4096
+
+
+def observe_http(route: str, method: str, status: int, seconds: float) -> None:
+    """Count one answered request and record its latency."""
+    key = (route, method, status)
+    pair = _HTTP_CHILDREN.get(key)
+    if pair is None:
+        pair = (HTTP_REQUESTS.labels(route, method, str(status)), HTTP_LATENCY.labels(route, method))
+        if len(_HTTP_CHILDREN) < _HTTP_CHILDREN_MAX:
+            _HTTP_CHILDREN[key] = pair
+    pair[0].inc()
+    pair[1].observe(seconds)
+
 MESSAGES_PUSHED = Counter("queen_messages_pushed_total", "Messages written to the log (push, transaction, timer fire, stream cycle)", ["source"])
 MESSAGES_POPPED = Counter("queen_messages_popped_total", "Messages handed to consumers")
 MESSAGES_EXPIRED = Counter("queen_messages_expired_total", "Messages whose deadline passed before a pop; moved to the DLQ")

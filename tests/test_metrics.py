@@ -142,3 +142,35 @@ def test_every_series_the_dashboard_queries_is_served_at_boot(start_broker):
     ):
         have = {s.labels[label] for s in samples if s.name == name and s.value == 0}
         assert values <= have, (name, values - have)
+
+
+def _local(name: str, labels: dict[str, str]) -> float:
+    """One sample of this process's own registry (the series are module globals)."""
+    from broker import metrics
+
+    family = metrics.HTTP_REQUESTS if name.startswith("queen_http_requests") else metrics.HTTP_LATENCY
+    for fam in family.collect():
+        for s in fam.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                return s.value
+    return 0.0
+
+
+def test_observe_http_counts_every_request_under_its_labels_also_past_the_children_bound(monkeypatch):
+    """The middleware's per-request observation looks the labelled children up once per (route, method,
+    status); a request past the cache's bound is still counted (by ``labels()``)."""
+    from broker import metrics
+
+    route = f"/test/{os.getpid()}-{time.monotonic_ns()}"
+    metrics.observe_http(route, "GET", 200, 0.0007)
+    metrics.observe_http(route, "GET", 200, 0.002)
+    metrics.observe_http(route, "GET", 404, 0.2)
+    monkeypatch.setattr(metrics, "_HTTP_CHILDREN_MAX", 0)
+    metrics.observe_http(route, "POST", 201, 0.0003)
+    assert (route, "POST", 201) not in metrics._HTTP_CHILDREN
+    assert _local("queen_http_requests_total", {"route": route, "method": "GET", "status": "200"}) == 2
+    assert _local("queen_http_requests_total", {"route": route, "method": "GET", "status": "404"}) == 1
+    assert _local("queen_http_requests_total", {"route": route, "method": "POST", "status": "201"}) == 1
+    assert _local("queen_http_request_duration_seconds_count", {"route": route, "method": "GET"}) == 3
+    assert _local("queen_http_request_duration_seconds_bucket", {"route": route, "method": "GET", "le": "0.001"}) == 1
+    assert _local("queen_http_request_duration_seconds_count", {"route": route, "method": "POST"}) == 1
