@@ -440,18 +440,34 @@ class Meter:
         return out
 
     @staticmethod
-    def _cpu(ps: list[psutil.Process]) -> float:
-        s = 0.0
+    def _cpu(ps: list[psutil.Process]) -> dict[tuple[int, float], float]:
+        """CPU seconds so far of each process, keyed by (pid, start time): a pid reused is another key."""
+        out: dict[tuple[int, float], float] = {}
         for p in ps:
             try:
                 t = p.cpu_times()
-                s += t.user + t.system
+                out[(p.pid, p.create_time())] = t.user + t.system
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 pass
-        return s
+        return out
 
-    def snap(self) -> tuple[float, float]:
+    def snap(self) -> tuple[dict[tuple[int, float], float], dict[tuple[int, float], float]]:
+        """Per process CPU seconds of the broker's tree and of its PostgreSQL processes."""
         return self._cpu(self._tree()), self._cpu(self._pg_procs())
+
+    def track(self, seen: tuple[dict[tuple[int, float], float], dict[tuple[int, float], float]]) -> None:
+        """Fold a fresh snapshot into ``seen``: a process that exits later (an autovacuum worker, a
+        backend closed) keeps what it had used when last seen."""
+        for acc, now in zip(seen, self.snap(), strict=True):
+            acc.update(now)
+
+    @staticmethod
+    def used(start: dict[tuple[int, float], float], seen: dict[tuple[int, float], float]) -> float:
+        """CPU seconds used since ``start`` by the processes seen: each one's own growth (a process new
+        since the start counts whole). A difference of totals went negative when a process that had
+        run long before the phase exited during it (an autovacuum worker: ack_single once read
+        -4,137 s of PostgreSQL CPU a million messages)."""
+        return sum(cpu - start.get(key, 0.0) for key, cpu in seen.items())
 
     def rss_mb(self) -> float:
         s = 0
@@ -647,6 +663,7 @@ def run_phase(t: Target, shape: Shape, args: argparse.Namespace, server: str, ru
             raise RuntimeError("a load generator process did not start within 60 s")
         here.recv()
     c0 = t.meter.snap()
+    seen = ({**c0[0]}, {**c0[1]})
     w0 = time.monotonic()
     t_start = w0 + 0.2 + (lead if not shape.ack else 0.0)
     for here in pipes:
@@ -656,11 +673,12 @@ def run_phase(t: Target, shape: Shape, args: argparse.Namespace, server: str, ru
     hard = t_start + seconds + args.drain + 30
     while any(r is None for r in results) and time.monotonic() < hard:
         rss = max(rss, t.meter.rss_mb())
+        t.meter.track(seen)
         for k, here in enumerate(pipes):
             if results[k] is None and here.poll(0.5 / len(pipes)):
                 results[k] = here.recv()
     wall = time.monotonic() - w0
-    c1 = t.meter.snap()
+    t.meter.track(seen)
     for p in procs:
         p.join(5)
         if p.is_alive():
@@ -673,8 +691,8 @@ def run_phase(t: Target, shape: Shape, args: argparse.Namespace, server: str, ru
         row = analyse(shape, t.name, seconds, got[1], got[0])
     row.rss_mb = rss
     if row.pushed:
-        row.cpu_broker = (c1[0] - c0[0]) / row.pushed * 1e6
-        row.cpu_pg = (c1[1] - c0[1]) / row.pushed * 1e6
+        row.cpu_broker = Meter.used(c0[0], seen[0]) / row.pushed * 1e6
+        row.cpu_pg = Meter.used(c0[1], seen[1]) / row.pushed * 1e6
     row.notes.append(f"phase wall {wall:.1f} s")
     return row
 
