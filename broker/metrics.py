@@ -48,6 +48,7 @@ def observe_http(route: str, method: str, status: int, seconds: float) -> None:
     pair[0].inc()
     pair[1].observe(seconds)
 
+
 MESSAGES_PUSHED = Counter("queen_messages_pushed_total", "Messages written to the log (push, transaction, timer fire, stream cycle)", ["source"])
 MESSAGES_POPPED = Counter("queen_messages_popped_total", "Messages handed to consumers")
 MESSAGES_EXPIRED = Counter("queen_messages_expired_total", "Messages whose deadline passed before a pop; moved to the DLQ")

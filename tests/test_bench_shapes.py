@@ -36,19 +36,19 @@ def test_spread_is_latest_minus_earliest_group_over_messages_every_group_got() -
     assert spread_p99({"g0": a.tobytes()}) != spread_p99({"g0": a.tobytes()})  # one group: nan
 
 
-@pytest.mark.timeout(240)
 def test_cpu_used_is_each_process_own_growth_never_negative_when_one_exits() -> None:
     """A process that had used a lot before the phase and exits during it (an autovacuum worker) must not
     subtract its past from the phase: each process counts what it used since the start, or since it
     started; one that exited counts what it had used when last seen."""
     start = {(10, 1.0): 30.0, (11, 1.0): 5.0, (12, 1.0): 2.0}
     seen = {**start}
-    seen.update({(11, 1.0): 5.5, (12, 1.0): 3.0, (13, 2.0): 1.0})  # 10 then exits: never seen again
-    seen.update({(11, 1.0): 6.0, (12, 1.0): 3.5})  # the last look: 10 and 13 are gone
+    seen.update({(11, 1.0): 5.5, (12, 1.0): 3.0, (13, 2.0): 1.0})  # a sample: 10 has exited, 13 is new
+    seen.update({(11, 1.0): 6.0, (12, 1.0): 3.5})  # the last look: 13 has exited too
     assert Meter.used(start, seen) == 0.0 + 1.0 + 1.5 + 1.0
     assert Meter.used(start, {(10, 3.0): 0.5}) == 0.5  # pid 10 reused by a new process: counted whole
 
 
+@pytest.mark.timeout(240)
 def test_quick_run_against_our_broker_prints_every_row_with_its_id_checks(pg) -> None:  # type: ignore[no-untyped-def]
     rows = ("part_11", "groups_5", "long", "ack_single")
     env = {k: v for k, v in os.environ.items() if k != "QUEEN_BENCH_CPP_BIN"}
