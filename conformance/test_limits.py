@@ -141,15 +141,19 @@ def test_storage_quota(api, admin, tenant_a):
     q = uniq("q")
     expect(push_one(api, q), (200, 201))
     with rung(admin, api, "storage", tenant_a):
-        txn = uuid.uuid4().hex
-        item = {"queue": q, "partition": "Default", "payload": {"x": 1}, "transactionId": txn}
+        txns: list[str] = []
 
         def push() -> httpx.Response:
+            # Each attempt its own transaction id: an attempt answered before the plan reached the worker
+            # that took it is accepted and stored, which says nothing about the refused one (with one id
+            # for all attempts, the lookup below found that earlier message).
+            txns.append(uuid.uuid4().hex)
+            item = {"queue": q, "partition": "Default", "payload": {"x": 1}, "transactionId": txns[-1]}
             return api.http.post("/api/v1/push", json={"items": [item]})
 
         resp = until_status(push, (403,), "push over the storage quota")
         expect_error(resp, 403, "storage_quota_exceeded")
-        assert api.lookup(q, txn)["found"] is False, "a refused push stores nothing"
+        assert api.lookup(q, txns[-1])["found"] is False, "a refused push stores nothing"
         refused_schedule(api, q, 403, "storage_quota_exceeded")
         ns = f"cf-{uuid.uuid4().hex[:8]}"
         kv = api.kv([{"op": "put", "ns": ns, "key": "k", "value": 1, "forever": True}])
