@@ -961,4 +961,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from broker.process.localserver import exit_on_sigterm
+
+    exit_on_sigterm()  # under `timeout`: the brokers and the embedded server it started are stopped
     sys.exit(main())

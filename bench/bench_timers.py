@@ -84,7 +84,7 @@ from bench.db import new_migrated_db  # noqa: E402
 from bench.httpconn import HttpError, Pool  # noqa: E402
 from broker.app import settle_heap  # noqa: E402
 from broker.codec import Codec  # noqa: E402
-from broker.process.localserver import LocalBroker  # noqa: E402
+from broker.process.localserver import LocalBroker, exit_on_sigterm  # noqa: E402
 from broker.timers.sweeper import Sweeper, SweeperConfig  # noqa: E402
 
 PAYLOAD = base64.b64encode(b'{"kind": "reminder", "n": 1}').decode()
@@ -1101,4 +1101,5 @@ async def run(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()  # under `timeout`: the broker and the embedded server it started are stopped
     asyncio.run(main())

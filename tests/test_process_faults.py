@@ -108,3 +108,48 @@ def test_client_disconnect_mid_request_applies_all_or_nothing(broker):
         if i % 2 == 0:
             assert not pushed, f"half a body was applied ({i})"
     assert any(parts.get(i) for i in range(1, 40, 2)), "no complete body was applied: the test proves nothing"
+
+
+def test_a_command_ended_by_sigterm_stops_the_broker_it_started(pg, tmp_path):
+    """A bench or runner under ``timeout`` (or a CI runner's cancel) gets SIGTERM. With
+    ``exit_on_sigterm`` its ``finally`` still runs and the broker it started (in a session of its own,
+    so it would outlive the parent) is stopped; without it, the broker stays behind."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "command.py"
+    script.write_text(
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from broker.process.localserver import LocalBroker, exit_on_sigterm\n"
+        "if sys.argv[2] == 'on':\n"
+        "    exit_on_sigterm()\n"
+        "b = LocalBroker(dsn=sys.argv[1], workers=1, log_path=Path(sys.argv[3]))\n"
+        "b.start()\n"
+        "try:\n"
+        "    print(b.proc.pid, flush=True)\n"
+        "    time.sleep(120)\n"
+        "finally:\n"
+        "    b.stop()\n"
+    )
+    leftover: list[int] = []
+    try:
+        for mode in ("on", "off"):
+            cmd = subprocess.Popen([sys.executable, str(script), pg.new_db(), mode, str(tmp_path / f"{mode}.log")],
+                                   stdout=subprocess.PIPE, text=True)
+            assert cmd.stdout is not None
+            broker_pid = int(cmd.stdout.readline())
+            cmd.send_signal(signal.SIGTERM)
+            cmd.wait(60)
+            deadline = time.monotonic() + (30 if mode == "on" else 2)
+            while alive(broker_pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if mode == "on":
+                assert cmd.returncode == 128 + signal.SIGTERM
+                assert not alive(broker_pid), "the broker outlived the command that started it"
+            else:
+                assert alive(broker_pid), "without the handler the broker stays: the test shows nothing"
+                leftover.append(broker_pid)
+    finally:
+        for pid in leftover:
+            os.killpg(pid, signal.SIGTERM)

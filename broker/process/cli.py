@@ -176,6 +176,9 @@ def _delegate(name: str, module: str, argv: list[str]) -> int:
     if message:
         print(message, file=sys.stderr)
         return 2
+    from broker.process.localserver import exit_on_sigterm
+
+    exit_on_sigterm()  # these commands start brokers and servers: SIGTERM must still stop them
     mod = importlib.import_module(module)
     return int(mod.main(argv) or 0)
 

@@ -47,6 +47,16 @@ def http_get(url: str, timeout: float = 2.0) -> tuple[int, dict]:
             return exc.code, {}
 
 
+def exit_on_sigterm() -> None:
+    """SIGTERM (``timeout``, a CI runner's cancel, ``kill``) raises SystemExit in the main thread, so the
+    caller's ``finally`` blocks and context managers stop what it started. A broker started here runs in
+    its own session and outlives a parent that SIGTERM ends outright: a bench ended that way left two
+    workers and an embedded PostgreSQL running beside the next runs. Call it once, from the main thread,
+    at the start of a command that starts brokers or servers (the benches, the load and conformance
+    runners)."""
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
+
+
 class LocalBroker:
     def __init__(
         self,
