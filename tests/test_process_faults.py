@@ -7,6 +7,8 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import httpx
@@ -114,9 +116,6 @@ def test_a_command_ended_by_sigterm_stops_the_broker_it_started(pg, tmp_path):
     """A bench or runner under ``timeout`` (or a CI runner's cancel) gets SIGTERM. With
     ``exit_on_sigterm`` its ``finally`` still runs and the broker it started (in a session of its own,
     so it would outlive the parent) is stopped; without it, the broker stays behind."""
-    import subprocess
-    import sys
-
     script = tmp_path / "command.py"
     script.write_text(
         "import sys, time\n"
