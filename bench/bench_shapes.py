@@ -244,7 +244,8 @@ async def _consume(url: str, queues: list[str], shape: Shape, conns: int, t_star
     e2e = array("d")  # (delivery offset, seconds) pairs, every group
     g_lat = {g: array("d") for g in groups} if len(groups) > 1 else {}  # per group: seconds
     g_win = dict.fromkeys(groups, 0)  # per group: deliveries within the producing window
-    out = {"pops": 0, "errors": 0, "in_window": 0, "error_sample": "", "drained": 0, "loops": len(groups) * conns}
+    out = {"pops": 0, "answered": 0, "delivered": 0, "errors": 0, "in_window": 0, "error_sample": "", "drained": 0,
+           "loops": len(groups) * conns}
     hard_end = t_stop + drain_s
     window_end = t_stop
 
@@ -282,6 +283,8 @@ async def _consume(url: str, queues: list[str], shape: Shape, conns: int, t_star
                         out["drained"] += 1
                         return
                     continue
+                out["answered"] += 1
+                out["delivered"] += len(msgs)
                 for m in msgs:
                     d = m.get("data") or {}
                     i = d.get("id")
@@ -529,6 +532,9 @@ class Row:
     cpu_pg: float = float("nan")
     rss_mb: float = float("nan")
     gen_cores: float = 0.0
+    pops: int = 0  # the consumers' pop requests, every one (a long poll that came back empty included)
+    answered: int = 0  # those that delivered messages
+    delivered: int = 0  # the messages they delivered (every group)
     crash: str = ""
     verdict: str = ""
     notes: list[str] = field(default_factory=list)
@@ -604,6 +610,7 @@ def analyse(shape: Shape, broker: str, seconds: float, prod: dict, cons: dict) -
         row.group_p99_gap = max(p99s) - min(p99s)
     row.errors = prod.get("errors", 0) + cons.get("errors", 0)
     row.error_sample = prod.get("error_sample") or cons.get("error_sample") or ""
+    row.pops, row.answered, row.delivered = cons.get("pops", 0), cons.get("answered", 0), cons.get("delivered", 0)
     row.gen_cores = (prod.get("cpu", 0.0) + (cons.get("cpu", 0.0) if cons is not prod else 0.0)) / seconds
     if cons.get("drained", 1) < cons.get("loops", 1):
         row.notes.append(f"drain cut after {cons['loops'] - cons['drained']} consumer(s) still busy: "
@@ -729,6 +736,9 @@ def describe(r: Row) -> str:
           f" | lost {r.lost} dup {r.dup} (checked {r.pushed:,} ids"
           f"{f', {r.unconfirmed} unconfirmed' if r.unconfirmed else ''}{f', {r.phantom} phantom' if r.phantom else ''})"
           f" | gen {r.gen_cores:.2f} cores")
+    if r.pushed and r.pops and not r.shape.ack:  # what a delivery costs in requests: pops per message pushed
+        s += (f" | pops {r.pops / r.pushed:.2f} a msg, {r.answered / r.pops:.0%} answered with"
+              f" {r.delivered / max(r.answered, 1):.1f} msgs each")
     if r.errors:
         s += f" | {r.errors} errors, e.g. {r.error_sample}"
     if r.notes:

@@ -134,6 +134,11 @@ def ms(x: float) -> str:
     return f"{x * 1000:.1f} ms"
 
 
+def ms2(x: float) -> str:
+    """Sub-millisecond figures (the single-operation rows)."""
+    return f"{x * 1000:.2f} ms"
+
+
 def summary(name: str, lags: list[float]) -> str:
     return (f"{name}: n={len(lags)} p50={ms(pct(lags, 50))} p90={ms(pct(lags, 90))} p99={ms(pct(lags, 99))} "
             f"max={ms(max(lags) if lags else float('nan'))}")
@@ -531,7 +536,11 @@ async def bench_ops(url: str, raw_dsn: str, seconds: float = 10.0, rate: int = 1
     answer, over the benches' lean keep-alive client (bench/httpconn.py): a general client such as httpx
     adds about a millisecond of its own CPU to each request on these 2 cores. Beside each, the bare SQL
     of the same operation at the same rate (BARE_OP, a pool of 4 asyncpg connections, same server): its commit is
-    the floor under a durable schedule or cancel on this disk. Each kind alternates ours / bare twice."""
+    the floor under a durable schedule or cancel on this disk. Each kind alternates ours / bare twice.
+    Then the HTTP floor: ``GET /api/v1/whoami`` of the same broker at the same rate over the same client,
+    a request that touches no database. At 100 calls/s every process in the path sleeps between calls
+    and is woken for each (on these VMs a wake after ~10 ms idle roughly doubles a round trip), so that
+    floor plus the bare SQL is about the least a broker reached over HTTP could answer in here."""
     print(f"\n== ops: one schedule / cancel / peek at {rate}/s each for {seconds:.0f} s, beside bare SQL ==")
     n = int(seconds * rate)
     lat: dict[str, list[float]] = {k: [] for k in OPS_P50_MS}
@@ -560,6 +569,11 @@ async def bench_ops(url: str, raw_dsn: str, seconds: float = 10.0, rate: int = 1
         else:
             assert await db.execute(BARE_OP[kind], "raw", q, f"k{i}") == "DELETE 1"
 
+    async def whoami(i: int) -> None:
+        st, data = await pool.request("GET", "/api/v1/whoami")
+        assert st == 200, data
+
+    floor: list[float] = []
     try:
         for rnd in range(2):
             q = f"ops-{uuid.uuid4().hex[:6]}"
@@ -568,15 +582,19 @@ async def bench_ops(url: str, raw_dsn: str, seconds: float = 10.0, rate: int = 1
                 for arm, into in arms:
                     fn = ours if arm == "ours" else raw
                     into[kind] += await _paced(rate, n // 2, lambda i, fn=fn, kind=kind, q=q: fn(kind, q, i))
+            floor += await _paced(rate, n // 2, whoami)
     finally:
         pool.close()
         await db.close()
+    f50 = pct(floor, 50)
+    print(f"HTTP floor at {rate}/s (GET /api/v1/whoami, no database): p50 {ms2(f50)} p99 {ms2(pct(floor, 99))}")
     for kind, v in lat.items():
         b50, b99 = pct(bare[kind], 50), pct(bare[kind], 99)
         target = OPS_P50_MS[kind] / 1000
-        row(f"single {kind} at {rate}/s", f"p50 {ms(pct(v, 50))} p99 {ms(pct(v, 99))}",
+        row(f"single {kind} at {rate}/s", f"p50 {ms2(pct(v, 50))} p99 {ms2(pct(v, 99))}",
             f"p50 <= {OPS_P50_MS[kind]:g} ms, p99 <= 10 ms", pct(v, 50) <= target and pct(v, 99) <= 0.010,
-            f"(bare SQL p50 {ms(b50)} p99 {ms(b99)}: p50 {pct(v, 50) / b50:.1f}x bare)")
+            f"(bare SQL p50 {ms2(b50)} p99 {ms2(b99)}: p50 {pct(v, 50) / b50:.1f}x bare; HTTP floor + bare SQL"
+            f" {ms2(f50 + b50)}, ours over it {ms2(pct(v, 50) - f50 - b50)})")
 
 
 async def _created(conn: asyncpg.Connection, tenant: str, queue: str, txns: list[str]) -> dict[str, float]:
