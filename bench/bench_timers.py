@@ -30,7 +30,8 @@ POST /api/v1/timers would store it (payload_ready: the sweeper fires it inside t
              the same batches into the same table at that decile's volume.
              Targets: last decile >= 0.9x the first; every decile >= 0.7x its bare INSERT.
   ops        one schedule / cancel / peek at 100/s each, beside the bare SQL of each (same rate, four
-             connections). Targets: p50 <= 1.0 / 0.8 / 0.4 ms, p99 <= 10 ms.
+             connections) and the HTTP floor (GET /api/v1/whoami, no database, same rate and client).
+             Targets: p50 <= 1.0 / 0.8 / 0.4 ms, p99 <= 10 ms.
   sustained  1,000 timers/s due, evenly, for --duration s (scheduled over HTTP 1 s ahead), once with the
              consumer on the lean client and once on httpx. Targets at the consumer: p99 <= 5 ms (lean),
              <= 10 ms (httpx). Beside it, this server's bare-SQL floor of that path (commit + NOTIFY, a
