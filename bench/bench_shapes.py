@@ -136,6 +136,18 @@ def _queue_names(base: str, shape: Shape) -> list[str]:
     return [base] if shape.queues == 1 else [f"{base}-q{i}" for i in range(shape.queues)]
 
 
+async def _worker_of(c: Conn) -> int | None:
+    """Which of our broker's workers holds this connection (``worker_id`` of its /health answer; None
+    for a broker that does not say, or a connection that failed): printed per row, since the workers
+    share one listening socket and whichever is woken first accepts a burst of new connections."""
+    try:
+        st, data = await c.request("GET", "/health")
+        wid = orjson.loads(data).get("worker_id") if st == 200 else None
+    except (HttpError, OSError, orjson.JSONDecodeError, AttributeError):
+        return None
+    return wid if isinstance(wid, int) else None
+
+
 async def _produce(url: str, queues: list[str], shape: Shape, conns: int, t_start: float, t_stop: float) -> dict:
     """``conns`` closed loops pushing ``shape.push_batch`` messages a request to a random partition.
     status[id]: 1 confirmed (queued), 2 failed or refused (not counted as lost if never delivered)."""
@@ -144,6 +156,7 @@ async def _produce(url: str, queues: list[str], shape: Shape, conns: int, t_star
     lat = array("d")  # (start offset, seconds) pairs
     seq = 0
     out = {"requests": 0, "errors": 0, "refused": 0, "error_sample": ""}
+    workers: list[int | None] = []
     rr = 0
 
     async def loop(k: int) -> None:
@@ -186,13 +199,14 @@ async def _produce(url: str, queues: list[str], shape: Shape, conns: int, t_star
                     bad = isinstance(r, dict) and r.get("status") in ("failed", "error", "duplicate")
                     status[i] = 2 if bad else 1
                     out["refused"] += bad
+            workers.append(await _worker_of(c))
         finally:
             c.close()
 
     c0 = _cpu_self()
     await asyncio.gather(*[loop(k) for k in range(conns)])
     del status[seq:]
-    return {**out, "status": bytes(status), "lat": lat.tobytes(), "cpu": _cpu_self() - c0}
+    return {**out, "status": bytes(status), "lat": lat.tobytes(), "cpu": _cpu_self() - c0, "workers": workers}
 
 
 async def _sweep(host: str, port: int, queues: list[str], groups: list[str | None], counts: dict[Any, bytearray],
@@ -244,6 +258,7 @@ async def _consume(url: str, queues: list[str], shape: Shape, conns: int, t_star
     e2e = array("d")  # (delivery offset, seconds) pairs, every group
     g_lat = {g: array("d") for g in groups} if len(groups) > 1 else {}  # per group: seconds
     g_win = dict.fromkeys(groups, 0)  # per group: deliveries within the producing window
+    workers: list[int | None] = []
     out = {"pops": 0, "answered": 0, "delivered": 0, "errors": 0, "in_window": 0, "error_sample": "", "drained": 0,
            "loops": len(groups) * conns}
     hard_end = t_stop + drain_s
@@ -281,6 +296,7 @@ async def _consume(url: str, queues: list[str], shape: Shape, conns: int, t_star
                 if not msgs:
                     if now > t_stop + 0.2:  # producers done and nothing came for a whole poll: drained
                         out["drained"] += 1
+                        workers.append(await _worker_of(c))
                         return
                     continue
                 out["answered"] += 1
@@ -312,7 +328,8 @@ async def _consume(url: str, queues: list[str], shape: Shape, conns: int, t_star
     out["late"] = await _sweep(host, port, queues, groups, counts, time.monotonic() + 15)
     return {**out, "counts": {g: bytes(v) for g, v in counts.items()},
             "when": {g: v.tobytes() for g, v in when.items()}, "e2e": e2e.tobytes(), "cpu": _cpu_self() - c0,
-            "group_p99": {g: pct(sorted(v), 0.99) for g, v in g_lat.items()}, "group_window": g_win}
+            "group_p99": {g: pct(sorted(v), 0.99) for g, v in g_lat.items()}, "group_window": g_win,
+            "workers": workers}
 
 
 async def _ack_loop(url: str, queue: str, t_start: float, t_stop: float) -> dict:
@@ -532,6 +549,7 @@ class Row:
     cpu_pg: float = float("nan")
     rss_mb: float = float("nan")
     gen_cores: float = 0.0
+    conns: tuple[list[int | None], list[int | None]] = ([], [])  # worker of each producer / consumer connection
     pops: int = 0  # the consumers' pop requests, every one (a long poll that came back empty included)
     answered: int = 0  # those that delivered messages
     delivered: int = 0  # the messages they delivered (every group)
@@ -578,6 +596,15 @@ def spread_p99(when: dict[Any, bytes]) -> float:
     return pct(spreads, 0.99)
 
 
+def _split(workers: list[int | None], n: int) -> str:
+    """"12/8": how many of these connections each of ``n`` workers held (by worker index); "" when
+    unknown (the C++ Queen does not say)."""
+    known = [w for w in workers if w is not None]
+    if not known:
+        return ""
+    return "/".join(str(known.count(i)) for i in range(max(n, max(known) + 1)))
+
+
 def analyse(shape: Shape, broker: str, seconds: float, prod: dict, cons: dict) -> Row:
     row = Row(shape, broker, seconds)
     for part in (prod, cons):
@@ -611,6 +638,7 @@ def analyse(shape: Shape, broker: str, seconds: float, prod: dict, cons: dict) -
     row.errors = prod.get("errors", 0) + cons.get("errors", 0)
     row.error_sample = prod.get("error_sample") or cons.get("error_sample") or ""
     row.pops, row.answered, row.delivered = cons.get("pops", 0), cons.get("answered", 0), cons.get("delivered", 0)
+    row.conns = (prod.get("workers") or [], (cons.get("workers") or []) if cons is not prod else [])
     row.gen_cores = (prod.get("cpu", 0.0) + (cons.get("cpu", 0.0) if cons is not prod else 0.0)) / seconds
     if cons.get("drained", 1) < cons.get("loops", 1):
         row.notes.append(f"drain cut after {cons['loops'] - cons['drained']} consumer(s) still busy: "
@@ -697,6 +725,9 @@ def run_phase(t: Target, shape: Shape, args: argparse.Namespace, server: str, ru
     else:
         row = analyse(shape, t.name, seconds, got[1], got[0])
     row.rss_mb = rss
+    split = [_split(w, args.workers) for w in row.conns]
+    if split[0] or split[1]:
+        row.notes.append(f"connections per worker: producers {split[0] or '-'}, consumers {split[1] or '-'}")
     if row.pushed:
         row.cpu_broker = Meter.used(c0[0], seen[0]) / row.pushed * 1e6
         row.cpu_pg = Meter.used(c0[1], seen[1]) / row.pushed * 1e6
