@@ -38,7 +38,10 @@ with its drain: the broker's process tree; the PostgreSQL backends of its databa
 own background processes, which serve only the broker whose phase runs), the broker's peak RSS (sum
 over its process tree: forked workers share pages, so this is an upper bound), lost/dup, and the load
 generator's CPU (its two processes: producers and consumers, each one asyncio loop on the lean client
-bench/httpconn.py) in cores, to show it was not the bottleneck. Then the ratio ours/C++ and the verdict
+bench/httpconn.py) in cores, to show it was not the bottleneck, the consumers' pops a message (and how
+full they came back), and for ours which worker held each producer and consumer connection (the workers
+share one listening socket: a burst of connections lands as the first worker woken takes it, and a
+tenant's pushes on one worker or on two change the batch-1 rows). Then the ratio ours/C++ and the verdict
 against the targets set for this comparison: throughput >= 1.5x, p99 no worse, CPU per message lower, groups fair
 (spread p99 no worse than the C++ Queen's, or under 5 ms), 0 lost, 0 duplicated. The summary at the end
 is a Markdown table (docs/guides/benchmarks-reference-shapes.md).
