@@ -746,9 +746,19 @@ BEGIN
             SELECT p.id, p.ordinal FROM queen_partitions p
             WHERE p.tenant = p_tenant AND p.queue = p_queue AND p.ordinal > v_upto
         ), ins AS (
+            -- Only partitions without this group's cursor. v_upto was read before the try-lock, so it
+            -- may predate the previous maker's commit and name cursors that exist now; inserted again,
+            -- each meets its row in the unique index, and if a push is refilling that row (ready, under
+            -- the partition's lock, until its commit) the insert waits for the push, while the push may
+            -- wait for a cursor this transaction holds (the walk of an earlier pop gathered with it):
+            -- a deadlock, seen once in tests/test_log_cursor_ready.py's race. The probe reads the
+            -- committed row and never waits.
             INSERT INTO queen_cursors (tenant, partition_id, consumer_group, queue, acked_seq)
             SELECT p_tenant, src.id, p_group, p_queue, queen_cursor_start(p_tenant, src.id, v_sub)
-            FROM src ORDER BY src.id
+            FROM src
+            WHERE NOT EXISTS (SELECT 1 FROM queen_cursors cc WHERE cc.tenant = p_tenant AND cc.partition_id = src.id
+                                                             AND cc.consumer_group = p_group)
+            ORDER BY src.id
             ON CONFLICT DO NOTHING
             RETURNING 1
         )
