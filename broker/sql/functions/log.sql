@@ -751,8 +751,8 @@ BEGIN
             -- each meets its row in the unique index, and if a push is refilling that row (ready, under
             -- the partition's lock, until its commit) the insert waits for the push, while the push may
             -- wait for a cursor this transaction holds (the walk of an earlier pop gathered with it):
-            -- a deadlock, seen once in tests/test_log_cursor_ready.py's race. The probe reads the
-            -- committed row and never waits.
+            -- a deadlock (the one cycle found behind one that tests/test_log_cursor_ready.py's race hit
+            -- once, not reproduced since). The probe reads the committed row and never waits.
             INSERT INTO queen_cursors (tenant, partition_id, consumer_group, queue, acked_seq)
             SELECT p_tenant, src.id, p_group, p_queue, queen_cursor_start(p_tenant, src.id, v_sub)
             FROM src
