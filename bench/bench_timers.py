@@ -131,13 +131,9 @@ def pct(values: list[float], p: float) -> float:
     return s[k]
 
 
-def ms(x: float) -> str:
-    return f"{x * 1000:.1f} ms"
-
-
-def ms2(x: float) -> str:
-    """Sub-millisecond figures (the single-operation rows)."""
-    return f"{x * 1000:.2f} ms"
+def ms(x: float, places: int = 1) -> str:
+    """Seconds as milliseconds; ``places=2`` for sub-millisecond figures (the single-operation rows)."""
+    return f"{x * 1000:.{places}f} ms"
 
 
 def summary(name: str, lags: list[float]) -> str:
@@ -588,14 +584,14 @@ async def bench_ops(url: str, raw_dsn: str, seconds: float = 10.0, rate: int = 1
         pool.close()
         await db.close()
     f50 = pct(floor, 50)
-    print(f"HTTP floor at {rate}/s (GET /api/v1/whoami, no database): p50 {ms2(f50)} p99 {ms2(pct(floor, 99))}")
+    print(f"HTTP floor at {rate}/s (GET /api/v1/whoami, no database): p50 {ms(f50, 2)} p99 {ms(pct(floor, 99), 2)}")
     for kind, v in lat.items():
         b50, b99 = pct(bare[kind], 50), pct(bare[kind], 99)
         target = OPS_P50_MS[kind] / 1000
-        row(f"single {kind} at {rate}/s", f"p50 {ms2(pct(v, 50))} p99 {ms2(pct(v, 99))}",
+        row(f"single {kind} at {rate}/s", f"p50 {ms(pct(v, 50), 2)} p99 {ms(pct(v, 99), 2)}",
             f"p50 <= {OPS_P50_MS[kind]:g} ms, p99 <= 10 ms", pct(v, 50) <= target and pct(v, 99) <= 0.010,
-            f"(bare SQL p50 {ms2(b50)} p99 {ms2(b99)}: p50 {pct(v, 50) / b50:.1f}x bare; HTTP floor + bare SQL"
-            f" {ms2(f50 + b50)}, ours over it {ms2(pct(v, 50) - f50 - b50)})")
+            f"(bare SQL p50 {ms(b50, 2)} p99 {ms(b99, 2)}: p50 {pct(v, 50) / b50:.1f}x bare; HTTP floor + bare SQL"
+            f" {ms(f50 + b50, 2)}, ours over it {ms(pct(v, 50) - f50 - b50, 2)})")
 
 
 async def _created(conn: asyncpg.Connection, tenant: str, queue: str, txns: list[str]) -> dict[str, float]:
