@@ -204,13 +204,13 @@ async def _on_shutdown(app: web.Application) -> None:
     await services.shutdown(app[BROKER])
 
 
-def create_app(settings: Settings, dsn: str, *, worker_index: int = 0) -> web.Application:
+def create_app(settings: Settings, dsn: str, *, worker_index: int = 0, lanes_dir: str | None = None) -> web.Application:
     app = web.Application(
         router=Router(),
         middlewares=[metrics_middleware, error_middleware, boot_auth_middleware],
         client_max_size=settings.max_body_bytes,
     )
-    b = Broker(settings=settings, dsn=dsn, worker_index=worker_index)
+    b = Broker(settings=settings, dsn=dsn, worker_index=worker_index, lanes_dir=lanes_dir)
     services.build(b)
     app[BROKER] = b
     app.cleanup_ctx.append(_broker_ctx)
@@ -235,6 +235,7 @@ def preset_metrics() -> None:
     metrics.preset(metrics.MESSAGES_PUSHED, metrics.PUSH_SOURCES)
     metrics.preset(metrics.MESSAGES_ACKED, ACK_STATUSES)
     metrics.preset(metrics.MESSAGES_DELETED, metrics.DELETE_RESULTS)
+    metrics.preset(metrics.PUSH_LANE_JOBS, metrics.LANE_RESULTS)
     metrics.preset(metrics.TIMERS_FIRE_FAILED, metrics.FIRE_FAILURE_CLASSES)
     metrics.preset(metrics.LIMIT_REFUSALS, limits.REFUSAL_CODES)
     for route, method in INFRA_ROUTES:

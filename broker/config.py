@@ -147,6 +147,7 @@ class Settings:
     ephemeral_idle_s: int = 3_600
     # --- message log
     pop_default_batch: int = 200
+    push_lanes: bool = False  # a tenant's small pushes written by one worker (broker/log/lanes.py)
     lease_extend_s: int = 60
     log_retention_interval_ms: int = 5_000
     log_retention_batch: int = 5_000
@@ -213,6 +214,7 @@ class Settings:
             ephemeral_expiry_interval_ms=_int(env, "QUEEN_EPHEMERAL_EXPIRY_INTERVAL_MS", DEFAULTS.ephemeral_expiry_interval_ms, 10),
             ephemeral_idle_s=_int(env, "QUEEN_EPHEMERAL_IDLE_S", DEFAULTS.ephemeral_idle_s, 1),
             pop_default_batch=_int(env, "QUEEN_POP_DEFAULT_BATCH", DEFAULTS.pop_default_batch, 1, 10_000),
+            push_lanes=_bool(env, "QUEEN_PUSH_LANES", DEFAULTS.push_lanes),
             lease_extend_s=_int(env, "QUEEN_LEASE_EXTEND_S", DEFAULTS.lease_extend_s, 1),
             log_retention_interval_ms=_int(env, "QUEEN_LOG_RETENTION_INTERVAL_MS", DEFAULTS.log_retention_interval_ms, 10),
             log_retention_batch=_int(env, "QUEEN_LOG_RETENTION_BATCH", DEFAULTS.log_retention_batch, 1, 1_000_000),
@@ -328,6 +330,7 @@ MEANINGS: dict[str, str] = {
     "QUEEN_ZSTD_LEVEL": 'zstd level (1–22).',
     "QUEEN_MAX_PAYLOAD_BYTES": "Largest single payload the cell accepts (a tenant's plan can only narrow it).",
     "QUEEN_POP_DEFAULT_BATCH": 'Messages per pop when the client does not say (1–10000).',
+    "QUEEN_PUSH_LANES": "With more than one worker, hand a tenant's small pushes (up to 20 messages) to the one worker that owns the tenant, so they share commits instead of queueing on each other's partition locks: faster when a tenant pushes to a few partitions from many connections, slower otherwise (docs/performance.md, \"Push\").",
     "QUEEN_LEASE_EXTEND_S": 'Seconds a lease extension adds.',
     "QUEEN_LOG_RETENTION_INTERVAL_MS": "How often each worker's `log-retention` loop looks for messages past their queue's retention.",
     "QUEEN_LOG_RETENTION_BATCH": 'Messages deleted per retention pass at most (1–1000000).',

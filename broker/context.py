@@ -33,6 +33,7 @@ class Broker:
     settings: Settings
     dsn: str
     worker_index: int = 0
+    lanes_dir: str | None = None  # the push lanes' sockets (broker/log/lanes.py); None: no lanes
     verifier: TokenVerifier = field(init=False)
     keyring: KeyRing = field(init=False)
     codec: Codec = field(init=False)

@@ -62,6 +62,12 @@ COALESCED_JOBS = Histogram(
     "queen_coalesced_requests", "Requests answered by one shared database call (group commit), by kind", ["kind"],
     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
 )
+PUSH_LANE_JOBS = Counter(
+    "queen_push_lane_jobs_total",
+    "Pushes through the push lanes (broker/log/lanes.py): forwarded to the tenant's owner and answered by "
+    "it, served for another worker, or written here because the owner did not take them (fallback)",
+    ["result"],
+)
 CONFLICT_RETRIES = Counter(
     "queen_db_conflict_retries_total",
     "Statements run again after the database aborted them to resolve a deadlock or serialization failure",
@@ -98,6 +104,7 @@ LIMIT_REFUSALS = Counter("queen_limit_refusals_total", "Requests refused by a li
 PUSH_SOURCES = ("push", "transaction", "timer", "stream", "dlq_replay")
 FIRE_FAILURE_CLASSES = ("transient", "permanent")
 DELETE_RESULTS = ("deleted", "already_deleted")
+LANE_RESULTS = ("forwarded", "served", "fallback")
 
 
 def preset(counter: Counter, values: Iterable[str]) -> None:

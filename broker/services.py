@@ -9,7 +9,8 @@ Lifecycle (River's maintenance-service shape, driven by ``broker.app``):
   their NOTIFY channels and start the supervised loops (``broker.process.loops``), in this order:
   ``listen`` (the LISTEN connection), ``limits-refresh``, ``kv-pruner``, ``log-retention``,
   ``ephemeral-expiry``, ``timers-vacuum`` (unless ``QUEEN_TIMERS_VACUUM_DEAD_ROWS=0``), ``sweeper``
-  (unless ``QUEEN_SWEEPER_ENABLED=0``). ``/health`` lists them under ``loops``. Every loop body is named
+  (unless ``QUEEN_SWEEPER_ENABLED=0``), then open the worker's push lane (``broker.log.lanes``, with ``QUEEN_PUSH_LANES=1``).
+  ``/health`` lists the loops under ``loops``. Every loop body is named
   ``run``: a module's ``run(pool, settings)`` for a housekeeping loop (``kv.pruner``, ``log.retention``,
   ``ephemeral.expiry``, ``timers.vacuum``), or the ``run`` method of the object that holds the loop's
   state (the notifier, the limits cache, the sweeper).
@@ -100,6 +101,7 @@ async def start(b: Broker) -> None:
     if svc.sweeper is not None:
         notifier.subscribe(TIMERS_CHANNEL, svc.sweeper.notify)
         b.loops.start("sweeper", svc.sweeper.run)
+    await svc.log.start()  # the push lanes' socket: other workers hand this one its tenants' pushes
     svc.started = True
 
 

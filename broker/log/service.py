@@ -25,9 +25,10 @@ from broker.ids import uuid7
 from broker.log import QUEUE_MODE, render
 from broker.log.calls import Ack, Pop, Push
 from broker.log.coalesce import Coalescer
+from broker.log.lanes import Lanes, NotSent
 from broker.log.parse import AckItem, PushItem
 from broker.log.waiters import Waiters
-from broker.metrics import MESSAGES_ACKED, MESSAGES_EXPIRED, MESSAGES_POPPED, MESSAGES_PUSHED
+from broker.metrics import MESSAGES_ACKED, MESSAGES_EXPIRED, MESSAGES_POPPED, MESSAGES_PUSHED, PUSH_LANE_JOBS
 from broker.payloads import Sealed, open_, seal
 from broker.store.failures import DB_DOWN, retry_conflicts
 from broker.store.pool import Conn
@@ -92,9 +93,26 @@ class LogService:
         # out as one statement, one queen_pop per job in turn (see _pop_group).
         self.pop_coalescer: Coalescer[str, Pop] = Coalescer(
             "pop", self._pop_group, max_inflight=COALESCE_INFLIGHT, max_items=COALESCE_POP_JOBS)
+        # With QUEEN_PUSH_LANES=1 a tenant's small pushes go to the worker that owns it (broker/log/lanes.py).
+        s = broker.settings
+        self.lanes = (Lanes(broker.lanes_dir, broker.worker_index, s.workers, self._submit_push,
+                            lambda: broker.ready and not broker.draining)
+                      if broker.lanes_dir and s.push_lanes and s.workers > 1 else None)
+
+    async def start(self) -> None:
+        """Once booted: take pushes from the other workers for the tenants this worker owns."""
+        if self.lanes is not None:
+            try:
+                await self.lanes.start()
+            except OSError as exc:  # the others find no socket and write this worker's tenants themselves
+                log.error("push lane: cannot listen on %s (%s); this worker's tenants are written by whichever "
+                          "worker takes their pushes", self.lanes.server.path, exc)
 
     async def close(self) -> None:
-        """At drain: calls in flight finish and answer their waiters; nothing new is coalesced."""
+        """At drain: calls in flight finish and answer their waiters; nothing new is coalesced. Pushes
+        other workers handed over are answered first; what they send after that they write themselves."""
+        if self.lanes is not None:
+            await self.lanes.close(float(self.b.settings.drain_timeout_s))
         await self.push_coalescer.close()
         await self.ack_coalescer.close()
         await self.pop_coalescer.close()
@@ -144,10 +162,26 @@ class LogService:
         self.b.require_pool()
         await limits.admit(self.b, principal, "push", len(items))
         if len(items) <= COALESCE_REQUEST_ITEMS:
-            rows = await self.push_coalescer.submit(principal.tenant, (principal, items), len(items))
+            rows = await self._push_small(principal, items)
         else:
             rows = await self._push_alone(principal, items)
         return [render.push_result(i, it.queue, r["txn"], r) for i, (it, r) in enumerate(zip(items, rows, strict=True))]
+
+    async def _push_small(self, principal: Principal, items: list[PushItem]) -> list[dict[str, Any]]:
+        """A push that shares a call with the tenant's other small pushes: on the worker that owns the
+        tenant (handed over when that is another one), or here when the owner did not take it."""
+        owner = self.lanes.owner(principal.tenant) if self.lanes is not None else None
+        if owner is not None:
+            try:
+                return await owner.push(principal.tenant, principal, items)
+            except NotSent as exc:
+                PUSH_LANE_JOBS.labels("fallback").inc()
+                log.debug("push lane: %s; writing here", exc)
+        return await self._submit_push(principal.tenant, principal, items)
+
+    async def _submit_push(self, tenant: str, principal: Principal, items: list[PushItem]) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = await self.push_coalescer.submit(tenant, (principal, items), len(items))
+        return rows
 
     async def _push_alone(self, principal: Principal, items: list[PushItem]) -> list[dict[str, Any]]:
         """One request's push in one statement (its own transaction), run again when the database broke

@@ -1,7 +1,8 @@
 """The master process of ``queen serve``.
 
 It binds the listening socket once, points Prometheus at a fresh multiprocess directory, starts
-``QUEEN_WORKERS`` worker processes that all accept on that socket, and restarts a worker that dies
+``QUEEN_WORKERS`` worker processes that all accept on that socket (with a private directory for the
+sockets of their push lanes, ``broker.log.lanes``), and restarts a worker that dies
 (logged, with its exit status). SIGTERM or SIGINT drains: every worker stops accepting, finishes its
 in-flight requests (bounded by ``QUEEN_DRAIN_TIMEOUT_S``), releases what it holds and exits; then the
 master exits 0.
@@ -59,7 +60,7 @@ def die_with_parent(parent: int) -> None:
 
 
 def worker_main(settings: Settings, sock: socket.socket, dsn: str, index: int, restarted: bool = False,
-                parent: int | None = None) -> None:
+                parent: int | None = None, lanes_dir: str | None = None) -> None:
     """Entry point of a worker process (forked)."""
     import asyncio
 
@@ -80,7 +81,7 @@ def worker_main(settings: Settings, sock: socket.socket, dsn: str, index: int, r
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the master turns Ctrl-C into SIGTERM for us
 
     async def run() -> None:
-        app = create_app(settings, dsn, worker_index=index)
+        app = create_app(settings, dsn, worker_index=index, lanes_dir=lanes_dir)
         # max_line_size: a legal timer key (1024 characters) percent-encoded is up to 12 KiB on the request
         # line, more than aiohttp's 8190-byte default (which refused it with a text/plain 400).
         runner = QueenRunner(app, settings, handle_signals=False, access_log=None, max_line_size=32_768)
@@ -133,12 +134,14 @@ class Supervisor:
         self._slots: dict[int, _Slot] = {}
         self._stopping = False
         self.sock: socket.socket | None = None
+        # The push lanes' Unix sockets (broker/log/lanes.py), private to this broker's processes
+        self.lanes_dir: str | None = None
 
     def _spawn(self, index: int, deaths: list[float] | None = None) -> None:
         assert self.sock is not None
         proc = self._ctx.Process(
             target=worker_main,
-            args=(self.settings, self.sock, self.dsn, index, deaths is not None, os.getpid()),
+            args=(self.settings, self.sock, self.dsn, index, deaths is not None, os.getpid(), self.lanes_dir),
             name=f"queen-worker-{index}",
             daemon=False,
         )
@@ -160,6 +163,8 @@ class Supervisor:
         log.info("listening on %s://%s:%d with %d workers", scheme, host, port, self.settings.workers)
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
+        if self.settings.workers > 1 and self.settings.push_lanes:
+            self.lanes_dir = tempfile.mkdtemp(prefix="queen-lanes-")  # mode 0700
         for i in range(self.settings.workers):
             self._spawn(i)
         try:
@@ -179,6 +184,8 @@ class Supervisor:
                     self._spawn(slot.index, deaths)
         finally:
             self._drain()
+            if self.lanes_dir is not None:
+                shutil.rmtree(self.lanes_dir, ignore_errors=True)
         return 0
 
     def _drain(self) -> None:
