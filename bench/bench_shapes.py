@@ -40,8 +40,9 @@ over its process tree: forked workers share pages, so this is an upper bound), l
 generator's CPU (its two processes: producers and consumers, each one asyncio loop on the lean client
 bench/httpconn.py) in cores, to show it was not the bottleneck, the consumers' pops a message (and how
 full they came back), and for ours which worker held each producer and consumer connection (the workers
-share one listening socket: a burst of connections lands as the first worker woken takes it, and a
-tenant's pushes on one worker or on two change the batch-1 rows). Then the ratio ours/C++ and the verdict
+share one listening socket: a burst of connections lands as the first worker woken takes it; ``--spread``
+splits them evenly instead) and, with ``--env QUEEN_PUSH_LANES=1``, how many pushes went through the push
+lanes to the tenant's owner worker. Then the ratio ours/C++ and the verdict
 against the targets set for this comparison: throughput >= 1.5x, p99 no worse, CPU per message lower, groups fair
 (spread p99 no worse than the C++ Queen's, or under 5 ms), 0 lost, 0 duplicated. The summary at the end
 is a Markdown table (docs/guides/benchmarks-reference-shapes.md).
@@ -151,7 +152,21 @@ async def _worker_of(c: Conn) -> int | None:
     return wid if isinstance(wid, int) else None
 
 
-async def _produce(url: str, queues: list[str], shape: Shape, conns: int, t_start: float, t_stop: float) -> dict:
+async def _pinned(host: str, port: int, want: int | None) -> Conn:
+    """A connection, reopened (up to 60 times) until it sits on worker ``want`` of our broker (``--spread``);
+    any connection when ``want`` is None or the broker does not say which worker answers."""
+    c = Conn(host, port)
+    for _ in range(60 if want is not None else 0):
+        got = await _worker_of(c)
+        if got is None or got == want:
+            break
+        c.close()
+        c = Conn(host, port)
+    return c
+
+
+async def _produce(url: str, queues: list[str], shape: Shape, conns: int, t_start: float, t_stop: float,
+                   spread: int = 0) -> dict:
     """``conns`` closed loops pushing ``shape.push_batch`` messages a request to a random partition.
     status[id]: 1 confirmed (queued), 2 failed or refused (not counted as lost if never delivered)."""
     host, port = host_port(url)
@@ -164,7 +179,7 @@ async def _produce(url: str, queues: list[str], shape: Shape, conns: int, t_star
 
     async def loop(k: int) -> None:
         nonlocal seq, rr
-        c = Conn(host, port)
+        c = await _pinned(host, port, k % spread if spread else None)
         rnd = random.Random(k)
         while time.monotonic() < t_start:
             await asyncio.sleep(t_start - time.monotonic())
@@ -250,7 +265,7 @@ async def _sweep(host: str, port: int, queues: list[str], groups: list[str | Non
 
 
 async def _consume(url: str, queues: list[str], shape: Shape, conns: int, t_start: float, t_stop: float,
-                   drain_s: float, lead_s: float, autopilot: bool) -> dict:
+                   drain_s: float, lead_s: float, autopilot: bool, spread: int = 0) -> dict:
     """Per group, ``conns`` long-polling consumers (autoAck, batch 100), each on one queue (round robin).
     Every delivery is counted by id; the end-to-end latency is the delivery instant minus the send
     instant carried in the payload (the same monotonic clock: both processes run on this machine)."""
@@ -277,7 +292,7 @@ async def _consume(url: str, queues: list[str], shape: Shape, conns: int, t_star
         cnt = counts[g]
         w = when.get(g)
         gl = g_lat.get(g)
-        c = Conn(host, port)
+        c = await _pinned(host, port, (k + groups.index(g)) % spread if spread else None)
         while time.monotonic() < t_start - lead_s:
             await asyncio.sleep(t_start - lead_s - time.monotonic())
         try:
@@ -399,11 +414,11 @@ def _child(role: str, conn: Any, args: tuple) -> None:
     t_start = conn.recv()
     try:
         if role == "produce":
-            res = asyncio.run(_produce(*args[:4], t_start, t_start + args[4]))
+            res = asyncio.run(_produce(*args[:4], t_start, t_start + args[4], args[5]))
         elif role == "consume":
-            url, queues, shape, conns, seconds, drain_s, lead_s, autopilot = args
+            url, queues, shape, conns, seconds, drain_s, lead_s, autopilot, spread = args
             res = asyncio.run(_consume(url, queues, shape, conns, t_start, t_start + seconds, drain_s, lead_s,
-                                       autopilot))
+                                       autopilot, spread))
         else:
             res = asyncio.run(_ack_loop(args[0], args[1], t_start, t_start + args[2]))
     except BaseException as exc:  # noqa: BLE001 - reported by the parent as this phase's failure
@@ -676,6 +691,22 @@ async def _checkpoint(server: str) -> None:
         await c.close()
 
 
+def lane_counts(url: str) -> dict[str, float]:
+    """Our broker's push-lane counters (broker/log/lanes.py) by result; {} for a broker without them."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url + "/metrics/prometheus", timeout=10) as r:
+            text = r.read().decode()
+    except OSError:
+        return {}
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("queen_push_lane_jobs_total{"):
+            out[line.split('result="', 1)[1].split('"', 1)[0]] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
 def run_phase(t: Target, shape: Shape, args: argparse.Namespace, server: str, run_id: str) -> Row:
     seconds = args.long_seconds if shape.long else args.seconds
     base = f"shapes-{run_id}-{shape.name}"
@@ -686,9 +717,11 @@ def run_phase(t: Target, shape: Shape, args: argparse.Namespace, server: str, ru
         specs = [("ack", (t.url, base, seconds))]
     else:
         per_group = args.group_consumers if shape.groups else max(args.consumers, shape.queues)
-        specs = [("consume", (t.url, queues, shape, per_group, seconds, args.drain, lead, args.autopilot)),
-                 ("produce", (t.url, queues, shape, args.producers, seconds))]
+        spread = args.workers if args.spread else 0
+        specs = [("consume", (t.url, queues, shape, per_group, seconds, args.drain, lead, args.autopilot, spread)),
+                 ("produce", (t.url, queues, shape, args.producers, seconds, spread))]
     asyncio.run(_checkpoint(server))
+    lanes0 = lane_counts(t.url)
     procs, pipes = [], []
     for role, a in specs:
         here, there = ctx.Pipe()
@@ -728,6 +761,11 @@ def run_phase(t: Target, shape: Shape, args: argparse.Namespace, server: str, ru
     else:
         row = analyse(shape, t.name, seconds, got[1], got[0])
     row.rss_mb = rss
+    lanes1 = lane_counts(t.url)
+    if lanes1 and any(lanes1.values()):  # lanes on (QUEEN_PUSH_LANES=1): how the pushes went
+        d = {k: lanes1[k] - lanes0.get(k, 0.0) for k in lanes1}
+        row.notes.append(f"push lanes: {d.get('forwarded', 0):,.0f} pushes handed to the tenant's owner, "
+                         f"{d.get('fallback', 0):,.0f} written where they arrived (owner unavailable)")
     split = [_split(w, args.workers) for w in row.conns]
     if split[0] or split[1]:
         row.notes.append(f"connections per worker: producers {split[0] or '-'}, consumers {split[1] or '-'}")
@@ -954,6 +992,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--autopilot", action="store_true",
                     help="consumers add autopilot=true to their pops, as the official client (queen-mq 2.6.0) does by "
                          "default (off: the reference suite's own requests)")
+    ap.add_argument("--spread", action="store_true",
+                    help="reopen each generator connection until it sits on worker k %% workers of our broker (asked "
+                         "with /health): producers and each group's consumers split evenly, as many clients "
+                         "connecting over time would be; by default the kernel's accept order decides (the split "
+                         "is printed per row)")
     ap.add_argument("--only", nargs="+", choices=list(BY_NAME), metavar="ROW", help=f"rows to run: {', '.join(BY_NAME)}")
     ap.add_argument("--workers", type=int, default=2, help="workers of each broker (default 2)")
     ap.add_argument("--cpp-bin", default=os.environ.get("QUEEN_BENCH_CPP_BIN"),
