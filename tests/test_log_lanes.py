@@ -234,3 +234,23 @@ async def test_an_owner_gone_after_taking_a_push_answers_lost(tmp_path):
             t.cancel()
         await client.close()
         await server.close(1)
+
+
+async def test_a_push_too_big_for_a_frame_is_not_sent(tmp_path, monkeypatch):
+    taken = []
+
+    async def submit(tenant, principal, items):
+        taken.append(items)
+        return ROWS
+
+    server, client = await _pair(tmp_path, submit)
+    try:
+        monkeypatch.setattr(lanes, "MAX_FRAME", 200)
+        with pytest.raises(lanes.NotSent):
+            await client.push("t", P, [PushItem("q", "p", b"x" * 500, "big", None, None)])
+        monkeypatch.undo()
+        assert await client.push("t", P, ITEMS) == ROWS  # the connection is still good
+    finally:
+        await client.close()
+        await server.close(1)
+    assert taken == [ITEMS]

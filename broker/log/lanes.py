@@ -233,13 +233,16 @@ class LaneClient:
             conn.pending.clear()
 
     async def push(self, tenant: str, principal: Principal, items: list[PushItem]) -> list[dict[str, Any]]:
-        conn = await self._connected()
         self._next += 1
         rid = self._next
+        frame = _frame((rid, tenant, principal, items))
+        if len(frame) > MAX_FRAME:  # the owner would drop the connection: write it here instead
+            raise NotSent(f"a push of {len(frame)} bytes is larger than a lane frame")
+        conn = await self._connected()
         fut: asyncio.Future[tuple[str, Any]] = asyncio.get_running_loop().create_future()
         conn.pending[rid] = fut
         try:
-            conn.writer.write(_frame((rid, tenant, principal, items)))
+            conn.writer.write(frame)
         except (ConnectionError, RuntimeError) as exc:
             conn.pending.pop(rid, None)
             raise NotSent(f"owner connection closed: {exc}") from None
