@@ -717,7 +717,7 @@ def run_phase(t: Target, shape: Shape, args: argparse.Namespace, server: str, ru
         specs = [("ack", (t.url, base, seconds))]
     else:
         per_group = args.group_consumers if shape.groups else max(args.consumers, shape.queues)
-        spread = args.workers if args.spread else 0
+        spread = args.our_workers if args.spread else 0
         specs = [("consume", (t.url, queues, shape, per_group, seconds, args.drain, lead, args.autopilot, spread)),
                  ("produce", (t.url, queues, shape, args.producers, seconds, spread))]
     asyncio.run(_checkpoint(server))
@@ -766,7 +766,7 @@ def run_phase(t: Target, shape: Shape, args: argparse.Namespace, server: str, ru
         d = {k: lanes1[k] - lanes0.get(k, 0.0) for k in lanes1}
         row.notes.append(f"push lanes: {d.get('forwarded', 0):,.0f} pushes handed to the tenant's owner, "
                          f"{d.get('fallback', 0):,.0f} written where they arrived (owner unavailable)")
-    split = [_split(w, args.workers) for w in row.conns]
+    split = [_split(w, args.our_workers) for w in row.conns]
     if split[0] or split[1]:
         row.notes.append(f"connections per worker: producers {split[0] or '-'}, consumers {split[1] or '-'}")
     if row.pushed:
@@ -920,7 +920,7 @@ def header(server: str, cpp: Any, args: argparse.Namespace) -> str:
     return (f"date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} | machine {platform.node()} "
             f"{os.cpu_count()} cpus {mem:.0f} GB, {platform.platform()}, load avg {os.getloadavg()[0]:.1f} | "
             f"PostgreSQL {v} shared_buffers {sb} max_wal_size {wal} synchronous_commit {sc} | "
-            f"queen-broker {ours} ({args.workers} workers), Python {platform.python_version()} | C++ Queen {cpp_v} | "
+            f"queen-broker {ours} ({args.our_workers} workers), Python {platform.python_version()} | C++ Queen {cpp_v} ({args.workers} workers) | "
             f"rows {args.seconds:g} s, long {args.long_seconds:g} s, drain <= {args.drain:g} s, "
             f"{args.producers} producer / {args.consumers} consumer / {args.group_consumers} per-group connections, "
             f"autopilot {'on' if args.autopilot else 'off'}")
@@ -999,15 +999,19 @@ def main(argv: list[str] | None = None) -> int:
                          "is printed per row)")
     ap.add_argument("--only", nargs="+", choices=list(BY_NAME), metavar="ROW", help=f"rows to run: {', '.join(BY_NAME)}")
     ap.add_argument("--workers", type=int, default=2, help="workers of each broker (default 2)")
+    ap.add_argument("--our-workers", type=int,
+                    help="workers of our broker alone (default: --workers); on two cores shared with PostgreSQL one "
+                         "worker served these shapes better than two (docs/guides/capacity-planning.md)")
     ap.add_argument("--cpp-bin", default=os.environ.get("QUEEN_BENCH_CPP_BIN"),
                     help="a built C++ Queen server/bin/queen-server (env QUEEN_BENCH_CPP_BIN); without it: ours only")
     ap.add_argument("--env", action="append", default=[], metavar="K=V", help="extra QUEEN_* env for our broker")
     args = ap.parse_args(argv)
+    args.our_workers = args.our_workers or args.workers
     args.seconds = args.seconds or (3.0 if args.quick else 60.0)
     args.long_seconds = args.long_seconds or (6.0 if args.quick else 600.0)
     args.drain = args.drain or (5.0 if args.quick else 30.0)
     if args.seconds <= 0 or args.long_seconds <= 0 or args.drain <= 0 or args.producers < 1 or args.consumers < 1 \
-            or args.group_consumers < 1:
+            or args.group_consumers < 1 or args.our_workers < 1 or args.workers < 1:
         ap.error("durations and connection counts must be positive")
     if args.cpp_bin and not Path(args.cpp_bin).is_file():
         ap.error(f"--cpp-bin: no such file {args.cpp_bin}")
@@ -1030,7 +1034,7 @@ def main(argv: list[str] | None = None) -> int:
         pm = postmaster_pid(server)
         dsn = asyncio.run(new_migrated_db(server, "bench_shapes"))
         env = {"QUEEN_LOG_LEVEL": "WARNING", **dict(kv.split("=", 1) for kv in args.env)}
-        b = LocalBroker(dsn=dsn, workers=args.workers, env=env,
+        b = LocalBroker(dsn=dsn, workers=args.our_workers, env=env,
                         log_path=Path(tempfile.gettempdir()) / f"bench_shapes_broker_{os.getpid()}.log")
         b.start()
         assert b.proc is not None
