@@ -1050,6 +1050,7 @@ async def main() -> None:
                     help="bursts to run, comma-separated: 1k (one instant), 20k (a 4 s window), or any N / Nk at one instant")
     ap.add_argument("--ops-seconds", type=float, default=10.0, help="seconds of each single-op rate")
     ap.add_argument("--deadline", type=float, default=3600.0, help="stop everything after this many seconds")
+    ap.add_argument("--workers", type=int, default=2, help="workers of the broker under test (default 2)")
     ap.add_argument("--seed-unready", action="store_true",
                     help="seed bursts with payload_ready false (packed in Python) instead of as a schedule stores them")
     ap.add_argument("--consumer", nargs=3, metavar=("URL", "QUEUE", "CLIENT"), help=argparse.SUPPRESS)
@@ -1078,11 +1079,11 @@ async def run(args: argparse.Namespace) -> None:
         admin = emb.dsn()
     dsn = await new_db(admin)
     raw_dsn = await new_db(admin)
-    b = LocalBroker(dsn=dsn, workers=2, log_path=Path(tempfile.gettempdir()) / "bench-timers-broker.log")
+    b = LocalBroker(dsn=dsn, workers=args.workers, log_path=Path(tempfile.gettempdir()) / "bench-timers-broker.log")
     await asyncio.to_thread(b.start)
     conn = await asyncpg.connect(dsn)
     STEAL_MARK[0] = RUN_MARK = cpu_ticks()
-    print(f"broker {b.url} (2 workers), database {dsn.rsplit('/', 1)[-1].split('?')[0]}; cpu count {os.cpu_count()}, "
+    print(f"broker {b.url} ({args.workers} workers), database {dsn.rsplit('/', 1)[-1].split('?')[0]}; cpu count {os.cpu_count()}, "
           f"load {os.getloadavg()[0]:.1f}")
     try:
         if "schedule" in wanted:

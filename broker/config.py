@@ -307,7 +307,7 @@ def _mask_url(url: str) -> str:
 MEANINGS: dict[str, str] = {
     "QUEEN_HOST": 'Listen address (`0.0.0.0` to listen on every interface).',
     "QUEEN_PORT": 'Listen port.',
-    "QUEEN_WORKERS": 'Worker processes sharing the port (1–256).',
+    "QUEEN_WORKERS": 'Worker processes sharing the port (1–256). On a small machine shared with PostgreSQL fewer can be faster: on 2 cores one worker served the benchmark shapes better than two (docs/guides/capacity-planning.md).',
     "QUEEN_DRAIN_TIMEOUT_S": 'On SIGTERM/SIGINT, how long in-flight requests may take to finish.',
     "QUEEN_LOG_LEVEL": '`DEBUG`, `INFO`, `WARNING` or `ERROR`; logs go to stderr, one line per record.',
     "QUEEN_DATABASE_URL": 'PostgreSQL DSN. Unset: an embedded PostgreSQL under `QUEEN_DATA_DIR`.',
