@@ -146,6 +146,35 @@ async def test_an_owner_killed_costs_no_push(start_broker):
     assert sorted(m["transactionId"] for m in got) == sorted(stored)
 
 
+async def test_an_owner_draining_hands_every_push_back(start_broker):
+    """SIGTERM to the owner worker alone (it drains; the master starts a new one): the owner says goodbye
+    on its lanes, so the other worker writes what comes next itself: no push answers anything but 2xx,
+    not even 503 push_lane_lost, and every one is delivered once."""
+    b = start_broker(workers=2, env=LANES_ON)
+    by_worker = await clients_per_worker(b.url, each=1)
+    other = by_worker[1 - OWNER][0]
+    owner_pid = (await by_worker[OWNER][0].get("/health")).json()["pid"]
+    queue, stored = "lanes-drain", []
+    fallback0 = lane(b, "fallback")
+    try:
+        deadline = time.monotonic() + 60
+        i = 0
+        while owner_pid in b.worker_pids() or i < 500:
+            assert time.monotonic() < deadline, f"the owner did not drain within 60 s:\n{b.tail()}"
+            if i == 100:
+                os.kill(owner_pid, signal.SIGTERM)
+            r = await push_one(other, queue, f"d{i}", i)
+            assert r.status_code in (200, 201), r.text
+            assert r.json()[0]["status"] == "queued"
+            stored.append(f"d{i}")
+            i += 1
+    finally:
+        await close_all(by_worker)
+    assert lane(b, "fallback") > fallback0
+    got = drain(b.url, queue, len(stored))
+    assert sorted(m["transactionId"] for m in got) == sorted(stored)
+
+
 # ---------------------------------------------------------------- in process
 
 
