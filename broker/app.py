@@ -34,7 +34,7 @@ from broker.http.wire import refuse_repeated_query
 from broker.log.parse import ACK_STATUSES
 from broker.metrics import HTTP_LATENCY, HTTP_REQUESTS
 from broker.store import migrate
-from broker.store.failures import DB_FAILURE, database_error, is_standby_answer
+from broker.store.failures import api_error, is_standby_answer
 from broker.store.listen import Notifier
 from broker.store.pool import create_pool, dsn_hosts
 
@@ -79,22 +79,18 @@ def _http_exception_to_api(exc: web.HTTPException) -> errors.ApiError:
 async def error_middleware(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
     try:
         return await handler(request)
-    except errors.ApiError as exc:
-        err = exc
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
         err = _http_exception_to_api(exc)
     except asyncio.CancelledError:
         raise
-    except DB_FAILURE as exc:  # down, shutting down, broken mid-call, timed out, a standby, or asked to retry
-        err = database_error(exc)
     except Exception as exc:
-        if is_standby_answer(exc):  # a refusal of recovery outside DB_FAILURE's classes (0A000 "... during recovery")
-            err = database_error(exc)
-            return web.Response(body=err.body(), status=err.status, headers=err.headers, content_type="application/json")
-        log.exception("unhandled error on %s %s", request.method, request.path)
-        return web.Response(body=errors.internal_envelope(), status=500, content_type="application/json")
+        answer = api_error(exc)  # a refusal, or a database failure's 503
+        if answer is None:
+            log.exception("unhandled error on %s %s", request.method, request.path)
+            return web.Response(body=errors.internal_envelope(), status=500, content_type="application/json")
+        err = answer
     return web.Response(body=err.body(), status=err.status, headers=err.headers, content_type="application/json")
 
 

@@ -44,7 +44,7 @@ from broker import errors
 from broker.auth import Principal
 from broker.log.parse import PushItem
 from broker.metrics import PUSH_LANE_JOBS
-from broker.store.failures import DB_FAILURE, database_error, is_standby_answer
+from broker.store.failures import api_error
 
 log = logging.getLogger("queen.log.lanes")
 
@@ -81,11 +81,8 @@ async def _read_frame(reader: asyncio.StreamReader) -> Any:
 def _describe(exc: BaseException) -> tuple[str, Any]:
     """An owner-side failure as the receiving worker will render it (what the error middleware would
     have answered had the push been written there)."""
-    if isinstance(exc, errors.ApiError):
-        err = exc
-    elif isinstance(exc, DB_FAILURE) or is_standby_answer(exc):
-        err = database_error(exc)
-    else:
+    err = api_error(exc)
+    if err is None:
         return "internal", f"{type(exc).__name__}: {exc}"
     return "error", (type(err).__name__, err.reason, err.detail, err.code, err.status, err.headers, err.extra)
 
@@ -271,7 +268,6 @@ class Lanes:
     """A worker's view of the lanes: its own server and a client per other worker."""
 
     def __init__(self, directory: str, index: int, workers: int, submit: Submit, ready: Callable[[], bool]) -> None:
-        self.index = index
         self.workers = workers
         self.server = LaneServer(socket_path(directory, index), submit, ready)
         self._clients = {i: LaneClient(socket_path(directory, i)) for i in range(workers) if i != index}

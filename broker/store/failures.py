@@ -32,7 +32,7 @@ from typing import TypeVar
 import asyncpg
 from asyncpg import exceptions as pgx
 
-from broker.errors import Unavailable
+from broker.errors import ApiError, Unavailable
 from broker.metrics import CONFLICT_RETRIES
 from broker.store.pool import drop_stale
 
@@ -118,6 +118,19 @@ def database_error(exc: BaseException) -> Unavailable:
         return Unavailable(RETRY_REASON, f"the database asked to retry the call ({type(exc).__name__}); retry", code="unavailable")
     what = "did not answer in time" if isinstance(exc, TimeoutError) else "is unreachable or shutting down"
     return Unavailable(DOWN_REASON, f"the database {what} ({type(exc).__name__})", code="unavailable")
+
+
+def api_error(exc: BaseException) -> ApiError | None:
+    """What a surface answers for ``exc``: the ``ApiError`` itself, the 503 of ``database_error`` for a
+    database failure (``DB_FAILURE``: down, shutting down, broken mid-call, timed out, a standby, or asked
+    to retry; or a standby's refusal outside those classes, 0A000 "... during recovery"), None for
+    anything else (a bug: the caller answers 500). The HTTP error middleware and the push lanes
+    (broker/log/lanes.py) both answer by it."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, DB_FAILURE) or is_standby_answer(exc):
+        return database_error(exc)
+    return None
 
 
 def describe(exc: BaseException) -> str:
