@@ -93,11 +93,11 @@ class LogService:
         # out as one statement, one queen_pop per job in turn (see _pop_group).
         self.pop_coalescer: Coalescer[str, Pop] = Coalescer(
             "pop", self._pop_group, max_inflight=COALESCE_INFLIGHT, max_items=COALESCE_POP_JOBS)
-        # With QUEEN_PUSH_LANES=1 a tenant's small pushes go to the worker that owns it (broker/log/lanes.py).
-        s = broker.settings
-        self.lanes = (Lanes(broker.lanes_dir, broker.worker_index, s.workers, self._submit_push,
+        # With QUEEN_PUSH_LANES=1 a tenant's small pushes go to the worker that owns it (broker/log/lanes.py);
+        # the supervisor makes the lanes' directory only then, and only for more than one worker.
+        self.lanes = (Lanes(broker.lanes_dir, broker.worker_index, broker.settings.workers, self._submit_push,
                             lambda: broker.ready and not broker.draining)
-                      if broker.lanes_dir and s.push_lanes and s.workers > 1 else None)
+                      if broker.lanes_dir else None)
 
     async def start(self) -> None:
         """Once booted: take pushes from the other workers for the tenants this worker owns."""
