@@ -692,19 +692,14 @@ async def _checkpoint(server: str) -> None:
 
 
 def lane_counts(url: str) -> dict[str, float]:
-    """Our broker's push-lane counters (broker/log/lanes.py) by result; {} for a broker without them."""
-    import urllib.request
+    """Our broker's push-lane counters (broker/log/lanes.py) by result; {} for a broker without a scrape."""
+    from loadtest import prom
 
     try:
-        with urllib.request.urlopen(url + "/metrics/prometheus", timeout=10) as r:
-            text = r.read().decode()
+        scrape = prom.scrape(url, timeout=10)
     except OSError:
         return {}
-    out = {}
-    for line in text.splitlines():
-        if line.startswith("queen_push_lane_jobs_total{"):
-            out[line.split('result="', 1)[1].split('"', 1)[0]] = float(line.rsplit(" ", 1)[1])
-    return out
+    return {r: scrape.counter("queen_push_lane_jobs_total", result=r) for r in ("forwarded", "fallback")}
 
 
 def run_phase(t: Target, shape: Shape, args: argparse.Namespace, server: str, run_id: str) -> Row:
