@@ -85,6 +85,8 @@ POLL_MS = 1000  # the consumers' long poll
 FAIR_MS = 5.0  # the reference's own fairness figure: 10 groups within 5 ms p99 of each other
 TARGET_RATIO = 1.5
 ACK_P50_MS = 1.5
+SWEEP_S = 25.0  # the closing sweep's budget: the phase waits drain + 30 s past the producing window
+LOST_UNVERIFIED = "?"  # marks a lost count the closing sweep did not finish checking
 
 
 @dataclass(frozen=True)
@@ -228,11 +230,16 @@ async def _produce(url: str, queues: list[str], shape: Shape, conns: int, t_star
 
 
 async def _sweep(host: str, port: int, queues: list[str], groups: list[str | None], counts: dict[Any, bytearray],
-                 until: float) -> int:
+                 until: float) -> tuple[int, bool]:
     """After the consumers stopped: pop what is still there (wait=false, autoAck) until every queue answers
     empty for every group, so a message a long poll did not hand over in time is told apart from one that
-    is gone: what this finds counts as delivered ("late"), what it does not find stays lost."""
+    is gone: what this finds counts as delivered ("late"), what it does not find stays lost.
+
+    Returns (late, finished). ``finished`` is False when the sweep stopped before two empty answers on
+    some queue and group (``until`` passed, or a pop failed): a message it did not reach is then not
+    known to be lost, and the row says so instead of calling it lost."""
     late = 0
+    finished = True
     c = Conn(host, port)
     try:
         for g in groups:
@@ -241,10 +248,14 @@ async def _sweep(host: str, port: int, queues: list[str], groups: list[str | Non
                 if g is not None:
                     path += f"&consumerGroup={g}&subscriptionMode=all"
                 empty = 0
-                while empty < 2 and time.monotonic() < until:  # twice: one empty answer may be a lease race
+                while empty < 2:  # twice: one empty answer may be a lease race
+                    if time.monotonic() >= until:
+                        finished = False
+                        break
                     try:
                         st, data = await c.request("GET", path)
                     except HttpError:
+                        finished = False
                         break
                     msgs = (orjson.loads(data).get("messages") or []) if st == 200 else []
                     if not msgs:
@@ -261,7 +272,7 @@ async def _sweep(host: str, port: int, queues: list[str], groups: list[str | Non
                             late += 1
     finally:
         c.close()
-    return late
+    return late, finished
 
 
 async def _consume(url: str, queues: list[str], shape: Shape, conns: int, t_start: float, t_stop: float,
@@ -343,7 +354,7 @@ async def _consume(url: str, queues: list[str], shape: Shape, conns: int, t_star
 
     c0 = _cpu_self()
     await asyncio.gather(*[loop(g, k) for g in groups for k in range(conns)])
-    out["late"] = await _sweep(host, port, queues, groups, counts, time.monotonic() + 15)
+    out["late"], out["swept"] = await _sweep(host, port, queues, groups, counts, time.monotonic() + SWEEP_S)
     return {**out, "counts": {g: bytes(v) for g, v in counts.items()},
             "when": {g: v.tobytes() for g, v in when.items()}, "e2e": e2e.tobytes(), "cpu": _cpu_self() - c0,
             "group_p99": {g: pct(sorted(v), 0.99) for g, v in g_lat.items()}, "group_window": g_win,
@@ -401,7 +412,7 @@ async def _ack_loop(url: str, queue: str, t_start: float, t_stop: float) -> dict
                 ack_lat.extend((a - t_start, b - a))
     finally:
         c.close()
-    out["late"] = await _sweep(host, port, [queue], [None], {None: counts}, time.monotonic() + 10)
+    out["late"], out["swept"] = await _sweep(host, port, [queue], [None], {None: counts}, time.monotonic() + 10)
     del status[i:]
     return {**out, "status": bytes(status), "lat": push_lat.tobytes(), "ack": ack_lat.tobytes(),
             "counts": {None: bytes(counts)}, "when": {}, "e2e": b"", "cpu": _cpu_self() - c0}
@@ -558,6 +569,7 @@ class Row:
     group_rates: tuple[float, float] = (float("nan"), float("nan"))  # slowest and fastest group, msg/s
     group_p99_gap: float = float("nan")  # highest minus lowest per-group e2e p99, ms
     lost: int = 0
+    sweep_cut: bool = False  # the closing sweep did not finish: ``lost`` is an upper bound, not verified
     dup: int = 0
     unconfirmed: int = 0
     phantom: int = 0
@@ -665,6 +677,10 @@ def analyse(shape: Shape, broker: str, seconds: float, prod: dict, cons: dict) -
         row.notes.append(f"load generator busy ({row.gen_cores:.2f} cores): it may have limited this row")
     if cons.get("late"):
         row.notes.append(f"{cons['late']} delivered only by the closing sweep")
+    if not cons.get("swept", True):
+        row.sweep_cut = True
+        row.notes.append("closing sweep cut (out of time, or a pop failed): 'lost' counts messages it did not "
+                         "reach, which may still be queued (unverified)")
     if prod.get("refused"):
         row.notes.append(f"{prod['refused']} push items refused")
     return row
@@ -800,7 +816,7 @@ def describe(r: Row) -> str:
         s += (f" | p99 first/last third: push {f1(r.push_thirds[0])}/{f1(r.push_thirds[1])},"
               f" e2e {f1(r.e2e_thirds[0])}/{f1(r.e2e_thirds[1])} ms")
     s += (f" | cpu s/Mmsg broker {f0(r.cpu_broker)} pg {f0(r.cpu_pg)} | RSS {f0(r.rss_mb)} MB"
-          f" | lost {r.lost} dup {r.dup} (checked {r.pushed:,} ids"
+          f" | lost {r.lost}{LOST_UNVERIFIED if r.lost and r.sweep_cut else ''} dup {r.dup} (checked {r.pushed:,} ids"
           f"{f', {r.unconfirmed} unconfirmed' if r.unconfirmed else ''}{f', {r.phantom} phantom' if r.phantom else ''})"
           f" | gen {r.gen_cores:.2f} cores")
     if r.pushed and r.pops and not r.shape.ack:  # what a delivery costs in requests: pops per message pushed
@@ -819,7 +835,7 @@ def verdict(o: Row, c: Row | None, base_rate: float | None) -> str:
     if o.crash:
         return "FAILED"
     if o.lost or o.dup or o.phantom:
-        miss.append(f"lost {o.lost} dup {o.dup}")
+        miss.append(f"lost {o.lost}{LOST_UNVERIFIED if o.lost and o.sweep_cut else ''} dup {o.dup}")
     if o.shape.ack and not o.ack_p50 < ACK_P50_MS:
         miss.append(f"ack p50 {o.ack_p50:.2f} >= {ACK_P50_MS} ms")
     if c is not None and not c.crash:
@@ -877,7 +893,10 @@ def table(targets: list[Target], shapes: list[Shape]) -> list[str]:
         elif s.long:
             extra = f"p99 1st/last third e2e {f1(o.e2e_thirds[0])}/{f1(o.e2e_thirds[1])}" + (
                 f" / {f1(c.e2e_thirds[0])}/{f1(c.e2e_thirds[1])}" if c else "")
-        lost = f"{o.lost}/{o.dup}" + (f" / {c.lost}/{c.dup}" if c else "")
+        def lost_dup(r: Row) -> str:
+            return f"{r.lost}{LOST_UNVERIFIED if r.lost and r.sweep_cut else ''}/{r.dup}"
+
+        lost = lost_dup(o) + (f" / {lost_dup(c)}" if c else "")
         gen = f"{o.gen_cores:.2f}" + (f" / {c.gen_cores:.2f}" if c else "")
         cpu = pair(lambda r: r.cpu_total, f0, o, c)
         lines.append(f"| {s.name} | {pair(lambda r: r.push_rate, f0, o, c)} | {pair(lambda r: r.pop_rate, f0, o, c)} | "

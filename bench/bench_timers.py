@@ -87,6 +87,7 @@ from broker.app import settle_heap  # noqa: E402
 from broker.codec import Codec  # noqa: E402
 from broker.process.localserver import LocalBroker, exit_on_sigterm  # noqa: E402
 from broker.timers.sweeper import Sweeper, SweeperConfig  # noqa: E402
+from loadtest import prom  # noqa: E402
 
 PAYLOAD = base64.b64encode(b'{"kind": "reminder", "n": 1}').decode()
 
@@ -141,31 +142,14 @@ def summary(name: str, lags: list[float]) -> str:
             f"max={ms(max(lags) if lags else float('nan'))}")
 
 
-def scrape_hist(url: str, name: str = "queen_timers_fire_lag_seconds") -> dict[float, float]:
-    text = httpx.get(url + "/metrics/prometheus", timeout=10).text
-    out: dict[float, float] = {}
-    for line in text.splitlines():
-        if line.startswith(name + "_bucket"):
-            le = line.split('le="', 1)[1].split('"', 1)[0]
-            out[float("inf") if le == "+Inf" else float(le)] = out.get(float(le) if le != "+Inf" else float("inf"), 0) + float(line.split()[-1])
-    return out
+def scrape_hist(url: str, name: str = prom.FIRE_LAG) -> prom.Histogram:
+    return prom.scrape(url, timeout=10).hist(name)
 
 
-def hist_quantiles(before: dict[float, float], after: dict[float, float], qs=(0.5, 0.99)) -> dict[float, float]:
-    les = sorted(after)
-    cum = [after[le] - before.get(le, 0.0) for le in les]
-    total = cum[-1] if cum else 0
-    out = {}
-    for q in qs:
-        target, prev_le, prev_c = q * total, 0.0, 0.0
-        for le, c in zip(les, cum, strict=True):
-            if c >= target and total:
-                span = c - prev_c
-                frac = (target - prev_c) / span if span else 1.0
-                out[q] = prev_le + (le - prev_le) * frac if le != float("inf") else prev_le
-                break
-            prev_le, prev_c = le, c
-    return out
+def hist_quantiles(before: prom.Histogram, after: prom.Histogram, qs=(0.5, 0.99)) -> dict[float, float]:
+    """The p50/p99 (seconds) of what the histogram observed between two scrapes (none: left out)."""
+    delta = after - before
+    return {q: v for q in qs if (v := delta.quantile(q)) is not None}
 
 
 class HistLags(list):  # type: ignore[type-arg]
@@ -179,15 +163,15 @@ class HistLags(list):  # type: ignore[type-arg]
         return int(self.n)
 
 
-def hist_lags(before: dict, after: dict) -> HistLags:
-    q = hist_quantiles(before, after)
+def hist_lags(before: prom.Histogram, after: prom.Histogram) -> HistLags:
     print(hist_line(before, after))
-    return HistLags(q, after.get(float("inf"), 0) - before.get(float("inf"), 0))
+    return HistLags(hist_quantiles(before, after), (after - before).count)
 
 
-def hist_line(before: dict, after: dict, label: str = "histogram (queen_timers_fire_lag_seconds)") -> str:
+def hist_line(before: prom.Histogram, after: prom.Histogram,
+              label: str = f"histogram ({prom.FIRE_LAG})") -> str:
     q = hist_quantiles(before, after)
-    n = (after.get(float("inf"), 0) - before.get(float("inf"), 0))
+    n = (after - before).count
     return f"{label}: n={n:.0f} p50~{ms(q.get(0.5, float('nan')))} p99~{ms(q.get(0.99, float('nan')))}"
 
 
@@ -614,8 +598,8 @@ async def steady(url: str, conn: asyncpg.Connection, duration: float, rate: int 
     per_tick, tick = max(1, rate // 100), 0.01
     deliver: dict[str, float] = {}
     consumer = await Consumer(url, q, client).start()
-    h0 = scrape_hist(url)
-    p0 = {name: scrape_hist(url, name) for name in PATH_HISTS}
+    s0 = prom.scrape(url, timeout=10)
+    h0, p0 = s0.hist(prom.FIRE_LAG), {name: s0.hist(name) for name in PATH_HISTS}
     pool = Pool(url)  # the lean client: the generator shares the 2 cores with the broker (httpx: ~60 % of one)
     inflight: set[asyncio.Task] = set()
 
@@ -644,9 +628,10 @@ async def steady(url: str, conn: asyncpg.Connection, duration: float, rate: int 
     print(f"scheduled {len(deliver)} over {duration:.0f} s, fired {len(created)}, received {len(consumer.receipts)} "
           f"(scheduler on the lean client, bench/httpconn.py; consumer on {client})")
     _, at_consumer = lag_lines(deliver, created, consumer.receipts)
+    s1 = prom.scrape(url, timeout=10)
     for name, before in p0.items():  # where the path's time goes, as the broker itself measured it
-        print(hist_line(before, scrape_hist(url, name), f"{PATH_HISTS[name]} ({name})"))
-    return hist_lags(h0, scrape_hist(url)), at_consumer
+        print(hist_line(before, s1.hist(name), f"{PATH_HISTS[name]} ({name})"))
+    return hist_lags(h0, s1.hist(prom.FIRE_LAG)), at_consumer
 
 
 async def bare_chain(dsn: str, n: int = 200, idle_s: float = 0.02) -> list[float]:
@@ -809,9 +794,9 @@ async def bench_scale(url: str, conn: asyncpg.Connection, levels: list[int], sec
                       f"{time.perf_counter() - t:.1f} s)")
             else:
                 print(f"-- {level:,} pending")
-            cyc0 = scrape_hist(url, "queen_sweeper_cycle_seconds")
+            cyc0 = scrape_hist(url, prom.SWEEP_CYCLE)
             c, u = await steady(url, conn, seconds)
-            claim = hist_quantiles(cyc0, scrape_hist(url, "queen_sweeper_cycle_seconds"))
+            claim = hist_quantiles(cyc0, scrape_hist(url, prom.SWEEP_CYCLE))
             bc, bu, drained = await burst_at(url, conn, 1000)
             p50, p99 = pct(u, 50), pct(u, 99)
             if base is None:
