@@ -27,9 +27,11 @@ Consumers pop batch 100 with autoAck and a long poll (wait=true, 1 s), as the re
 several partitions a pop);
 they start before the producers and, once the producers stop, drain until a long poll comes back empty
 (or ``--drain`` seconds pass); then a closing sweep pops (wait=false) until every queue is empty for every
-group, and what it finds counts as delivered "late" (printed). Every message carries its id and send
-instant in its payload; after the sweep every id a push confirmed is checked: LOST = confirmed, never delivered (per group); DUP =
-delivered more than once (per group); a push that failed or was refused is not counted either way.
+group (at most 25 s), and what it finds counts as delivered "late" (printed). Every message carries its
+id and send instant in its payload; after the sweep every id a push confirmed is checked: LOST = confirmed,
+never delivered (per group), marked "?" when the sweep ran out of time or a pop failed (not reached, so
+not shown to be gone); DUP = delivered more than once (per group); a push that failed or was refused is
+not counted either way.
 
 Per broker and row: push msg/s (confirmed messages over the producing window), pop msg/s (deliveries in
 that window, all groups), push request p50/p99 and end-to-end delivery p50/p99 (send -> delivered),
