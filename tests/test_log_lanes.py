@@ -191,7 +191,7 @@ async def _pair(tmp_path: Path, submit, ready=lambda: True) -> tuple[lanes.LaneS
 
 
 async def test_a_frame_brings_back_the_rows_or_the_owners_error(tmp_path):
-    async def submit(tenant, principal, items):
+    async def submit(principal, items):
         if items[0].txn == "bad":
             raise errors.Unavailable("encryption_unavailable", "no keys", code="unavailable",
                                      headers={"Retry-After": "1"}, extra={"queue": "q"})
@@ -199,24 +199,24 @@ async def test_a_frame_brings_back_the_rows_or_the_owners_error(tmp_path):
             raise asyncpg.exceptions.ConnectionDoesNotExistError("gone")
         if items[0].txn == "bug":
             raise KeyError("oops")
-        assert (tenant, principal, items) == ("t", P, ITEMS)
+        assert (principal.tenant, principal, items) == ("t", P, ITEMS)
         return ROWS
 
     server, client = await _pair(tmp_path, submit)
     try:
-        assert await client.push("t", P, ITEMS) == ROWS
+        assert await client.push(P, ITEMS) == ROWS
         with pytest.raises(errors.Unavailable) as e:
-            await client.push("t", P, [PushItem("q", "p", b"{}", "bad", None, None)])
+            await client.push(P, [PushItem("q", "p", b"{}", "bad", None, None)])
         assert (e.value.status, e.value.envelope(), e.value.headers) == (
             503, {"error": "unavailable", "reason": "encryption_unavailable", "detail": "no keys", "queue": "q"},
             {"Retry-After": "1"})
         with pytest.raises(errors.ApiError) as e:  # what the error middleware answers for a lost database
-            await client.push("t", P, [PushItem("q", "p", b"{}", "db", None, None)])
+            await client.push(P, [PushItem("q", "p", b"{}", "db", None, None)])
         assert e.value.status == 503
         with pytest.raises(RuntimeError, match="KeyError"):  # the middleware's 500, as had it failed here
-            await client.push("t", P, [PushItem("q", "p", b"{}", "bug", None, None)])
+            await client.push(P, [PushItem("q", "p", b"{}", "bug", None, None)])
         # answers come back by tag, whatever their order
-        assert await asyncio.gather(*[client.push("t", P, ITEMS) for _ in range(50)]) == [ROWS] * 50
+        assert await asyncio.gather(*[client.push(P, ITEMS) for _ in range(50)]) == [ROWS] * 50
     finally:
         await client.close()
         await server.close(1)
@@ -225,33 +225,33 @@ async def test_a_frame_brings_back_the_rows_or_the_owners_error(tmp_path):
 async def test_an_owner_not_ready_or_absent_takes_nothing(tmp_path):
     taken = []
 
-    async def submit(tenant, principal, items):
+    async def submit(principal, items):
         taken.append(items)
         return ROWS
 
     server, client = await _pair(tmp_path, submit, ready=lambda: False)
     try:
         with pytest.raises(lanes.NotSent):
-            await client.push("t", P, ITEMS)
+            await client.push(P, ITEMS)
     finally:
         await server.close(1)
     assert taken == []
     with pytest.raises(lanes.NotSent):  # no socket any more: never sent
-        await client.push("t", P, ITEMS)
+        await client.push(P, ITEMS)
     await client.close()
 
 
 async def test_an_owner_gone_after_taking_a_push_answers_lost(tmp_path):
     started = asyncio.Event()
 
-    async def submit(tenant, principal, items):
+    async def submit(principal, items):
         started.set()
         await asyncio.sleep(30)
         return ROWS
 
     server, client = await _pair(tmp_path, submit)
     try:
-        call = asyncio.ensure_future(client.push("t", P, ITEMS))
+        call = asyncio.ensure_future(client.push(P, ITEMS))
         await asyncio.wait_for(started.wait(), 5)
         for w in list(server._conns):  # the owner's process dies: its end of the socket closes
             w.transport.abort()
@@ -268,7 +268,7 @@ async def test_an_owner_gone_after_taking_a_push_answers_lost(tmp_path):
 async def test_a_push_too_big_for_a_frame_is_not_sent(tmp_path, monkeypatch):
     taken = []
 
-    async def submit(tenant, principal, items):
+    async def submit(principal, items):
         taken.append(items)
         return ROWS
 
@@ -276,9 +276,9 @@ async def test_a_push_too_big_for_a_frame_is_not_sent(tmp_path, monkeypatch):
     try:
         monkeypatch.setattr(lanes, "MAX_FRAME", 200)
         with pytest.raises(lanes.NotSent):
-            await client.push("t", P, [PushItem("q", "p", b"x" * 500, "big", None, None)])
+            await client.push(P, [PushItem("q", "p", b"x" * 500, "big", None, None)])
         monkeypatch.undo()
-        assert await client.push("t", P, ITEMS) == ROWS  # the connection is still good
+        assert await client.push(P, ITEMS) == ROWS  # the connection is still good
     finally:
         await client.close()
         await server.close(1)

@@ -51,7 +51,7 @@ log = logging.getLogger("queen.log.lanes")
 _HEAD = struct.Struct("!I")
 MAX_FRAME = 64 << 20  # a frame carries at most COALESCE_REQUEST_ITEMS payloads, each under the body limit
 
-Submit = Callable[[str, Principal, list[PushItem]], Awaitable[list[dict[str, Any]]]]
+Submit = Callable[[Principal, list[PushItem]], Awaitable[list[dict[str, Any]]]]
 
 
 class NotSent(Exception):
@@ -115,11 +115,11 @@ class LaneServer:
         self._conns.add(writer)
         try:
             while True:
-                rid, tenant, principal, items = await _read_frame(reader)
+                rid, principal, items = await _read_frame(reader)
                 if self._closing or not self._ready():
                     writer.write(_frame((rid, "refused", None)))
                     continue
-                task = asyncio.get_running_loop().create_task(self._job(writer, rid, tenant, principal, items))
+                task = asyncio.get_running_loop().create_task(self._job(writer, rid, principal, items))
                 self._jobs.add(task)
                 task.add_done_callback(self._jobs.discard)
         except (asyncio.IncompleteReadError, ConnectionError):
@@ -130,10 +130,9 @@ class LaneServer:
             self._conns.discard(writer)
             writer.close()
 
-    async def _job(self, writer: asyncio.StreamWriter, rid: int, tenant: str, principal: Principal,
-                   items: list[PushItem]) -> None:
+    async def _job(self, writer: asyncio.StreamWriter, rid: int, principal: Principal, items: list[PushItem]) -> None:
         try:
-            answer: tuple[str, Any] = ("ok", await self._submit(tenant, principal, items))
+            answer: tuple[str, Any] = ("ok", await self._submit(principal, items))
             PUSH_LANE_JOBS.labels("served").inc()
         except asyncio.CancelledError:
             raise
@@ -229,10 +228,10 @@ class LaneClient:
                     fut.set_exception(lost)
             conn.pending.clear()
 
-    async def push(self, tenant: str, principal: Principal, items: list[PushItem]) -> list[dict[str, Any]]:
+    async def push(self, principal: Principal, items: list[PushItem]) -> list[dict[str, Any]]:
         self._next += 1
         rid = self._next
-        frame = _frame((rid, tenant, principal, items))
+        frame = _frame((rid, principal, items))
         if len(frame) > MAX_FRAME:  # the owner would drop the connection: write it here instead
             raise NotSent(f"a push of {len(frame)} bytes is larger than a lane frame")
         conn = await self._connected()

@@ -173,14 +173,14 @@ class LogService:
         owner = self.lanes.owner(principal.tenant) if self.lanes is not None else None
         if owner is not None:
             try:
-                return await owner.push(principal.tenant, principal, items)
+                return await owner.push(principal, items)
             except NotSent as exc:
                 PUSH_LANE_JOBS.labels("fallback").inc()
                 log.debug("push lane: %s; writing here", exc)
-        return await self._submit_push(principal.tenant, principal, items)
+        return await self._submit_push(principal, items)
 
-    async def _submit_push(self, tenant: str, principal: Principal, items: list[PushItem]) -> list[dict[str, Any]]:
-        rows: list[dict[str, Any]] = await self.push_coalescer.submit(tenant, (principal, items), len(items))
+    async def _submit_push(self, principal: Principal, items: list[PushItem]) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = await self.push_coalescer.submit(principal.tenant, (principal, items), len(items))
         return rows
 
     async def _push_alone(self, principal: Principal, items: list[PushItem]) -> list[dict[str, Any]]:
