@@ -590,6 +590,11 @@ class Row:
     notes: list[str] = field(default_factory=list)
 
     @property
+    def lost_text(self) -> str:
+        """The lost count as printed: marked when the closing sweep did not finish checking it."""
+        return f"{self.lost}{LOST_UNVERIFIED}" if self.lost and self.sweep_cut else str(self.lost)
+
+    @property
     def cpu_total(self) -> float:
         return self.cpu_broker + self.cpu_pg
 
@@ -818,7 +823,7 @@ def describe(r: Row) -> str:
         s += (f" | p99 first/last third: push {f1(r.push_thirds[0])}/{f1(r.push_thirds[1])},"
               f" e2e {f1(r.e2e_thirds[0])}/{f1(r.e2e_thirds[1])} ms")
     s += (f" | cpu s/Mmsg broker {f0(r.cpu_broker)} pg {f0(r.cpu_pg)} | RSS {f0(r.rss_mb)} MB"
-          f" | lost {r.lost}{LOST_UNVERIFIED if r.lost and r.sweep_cut else ''} dup {r.dup} (checked {r.pushed:,} ids"
+          f" | lost {r.lost_text} dup {r.dup} (checked {r.pushed:,} ids"
           f"{f', {r.unconfirmed} unconfirmed' if r.unconfirmed else ''}{f', {r.phantom} phantom' if r.phantom else ''})"
           f" | gen {r.gen_cores:.2f} cores")
     if r.pushed and r.pops and not r.shape.ack:  # what a delivery costs in requests: pops per message pushed
@@ -837,7 +842,7 @@ def verdict(o: Row, c: Row | None, base_rate: float | None) -> str:
     if o.crash:
         return "FAILED"
     if o.lost or o.dup or o.phantom:
-        miss.append(f"lost {o.lost}{LOST_UNVERIFIED if o.lost and o.sweep_cut else ''} dup {o.dup}")
+        miss.append(f"lost {o.lost_text} dup {o.dup}")
     if o.shape.ack and not o.ack_p50 < ACK_P50_MS:
         miss.append(f"ack p50 {o.ack_p50:.2f} >= {ACK_P50_MS} ms")
     if c is not None and not c.crash:
@@ -895,10 +900,7 @@ def table(targets: list[Target], shapes: list[Shape]) -> list[str]:
         elif s.long:
             extra = f"p99 1st/last third e2e {f1(o.e2e_thirds[0])}/{f1(o.e2e_thirds[1])}" + (
                 f" / {f1(c.e2e_thirds[0])}/{f1(c.e2e_thirds[1])}" if c else "")
-        def lost_dup(r: Row) -> str:
-            return f"{r.lost}{LOST_UNVERIFIED if r.lost and r.sweep_cut else ''}/{r.dup}"
-
-        lost = lost_dup(o) + (f" / {lost_dup(c)}" if c else "")
+        lost = f"{o.lost_text}/{o.dup}" + (f" / {c.lost_text}/{c.dup}" if c else "")
         gen = f"{o.gen_cores:.2f}" + (f" / {c.gen_cores:.2f}" if c else "")
         cpu = pair(lambda r: r.cpu_total, f0, o, c)
         lines.append(f"| {s.name} | {pair(lambda r: r.push_rate, f0, o, c)} | {pair(lambda r: r.pop_rate, f0, o, c)} | "

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import uniq
 
-from bench.bench_shapes import Meter, _sweep, check_ids, spread_p99
+from bench.bench_shapes import SHAPES, Meter, Row, _sweep, check_ids, spread_p99
 from bench.httpconn import host_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,3 +91,14 @@ async def test_closing_sweep_says_whether_it_finished_so_an_unreached_message_is
     assert await _sweep(host, port, [q], [None], counts, time.monotonic() + 20) == (3, True)
     got = bytes(counts[None])  # grown in chunks: ids 0..2 once each, nothing else
     assert got[:3] == bytes([1, 1, 1]) and not any(got[3:])
+
+
+def test_a_lost_count_the_sweep_did_not_finish_checking_is_printed_marked() -> None:
+    row = Row(shape=SHAPES[0], broker="cpp")
+    assert row.lost_text == "0"
+    row.lost = 600
+    assert row.lost_text == "600"
+    row.sweep_cut = True
+    assert row.lost_text == "600?"
+    row.lost = 0
+    assert row.lost_text == "0"  # nothing counted lost: nothing to mark
