@@ -102,6 +102,15 @@ def test_push_refusals_change_nothing(api, body, reason):
     refused(api.get(f"/api/v1/ephemeral/queues/{q}/depth"), 404, "ephemeral_queue_not_found")
 
 
+def test_a_null_partition_is_the_default_one(api):
+    """As the OpenAPI document says: `partition: null` on a push is the field absent."""
+    q = uniq("eph-null")
+    r = api.http.post("/api/v1/ephemeral/push", json={"queue": q, "partition": None, "messages": [{"payload": 1}]})
+    assert r.status_code == 201 and r.json()["pushed"] == 1, r.text
+    api.eph_push(q, [2])
+    assert [(m["partition"], m["payload"]) for m in api.eph_pop(q, batch=10)] == [("Default", 1), ("Default", 2)]
+
+
 def test_pop_and_ack_refusals(api):
     refused(api.get("/api/v1/ephemeral/pop"), 400, "bad_request", "bad_name")
     refused(api.get("/api/v1/ephemeral/pop", params={"queue": "q", "batch": "x"}), 400, "bad_request", "bad_query")
