@@ -22,6 +22,10 @@ each broker on its own fresh database. Rows (``--only`` picks some):
   ack_single             one connection: push one message, pop it (batch 1), acknowledge it alone
                          (``/api/v1/ack``); the ack's own latency (target: p50 under 1.5 ms).
 
+Connections are the reference suite's own (its _runner scripts): the partitions rows push from 500
+connections and pop from 100 ("5x100 producers and 2x50 consumers"), every other row from 50 and 50 (each
+group its own 50); ``--producers`` / ``--consumers`` / ``--group-consumers`` set them for every row instead.
+Every connection is a closed loop (the next request when the answer came), so the count is the offered load.
 Consumers pop batch 100 with autoAck and a long poll (wait=true, 1 s), as the reference's consumers do
 (``--autopilot`` adds the official client's default ``autopilot=true``, which lets our broker claim
 several partitions a pop);
@@ -91,6 +95,14 @@ SWEEP_S = 25.0  # the closing sweep's budget: the phase waits drain + 30 s past 
 LOST_UNVERIFIED = "?"  # marks a lost count the closing sweep did not finish checking
 
 
+# The connections of the reference suite's own runs (benchmark-queen/2026-04-26/_runner): the partition
+# axis (run_master.sh, hi-part-*) pushes from 5 processes x 100 connections and pops from 2 x 50; every
+# other axis (bp-*, q-*, the consumer-group runs of run_cg_master.sh) from 1 x 50 and 1 x 50, each
+# consumer group with 50 of its own. Closed loops: the connection count is the offered load.
+REF_PARTITION_CONNS = (500, 100)
+REF_CONNS = (50, 50)
+
+
 @dataclass(frozen=True)
 class Shape:
     name: str
@@ -101,10 +113,13 @@ class Shape:
     queues: int = 1
     long: bool = False
     ack: bool = False
+    producers: int = REF_CONNS[0]  # producer connections (the reference's, see above)
+    consumers: int = REF_CONNS[1]  # consumer connections, of each group in a groups row
 
 
 SHAPES: tuple[Shape, ...] = (
-    *(Shape(f"part_{n}", "partitions", partitions=n, push_batch=1) for n in (2, 11, 101, 1001, 10001)),
+    *(Shape(f"part_{n}", "partitions", partitions=n, push_batch=1, producers=REF_PARTITION_CONNS[0],
+            consumers=REF_PARTITION_CONNS[1]) for n in (2, 11, 101, 1001, 10001)),
     *(Shape(f"groups_{g}", "groups", groups=g) for g in (1, 5, 10)),
     *(Shape(f"batch_{b}", "batch", push_batch=b) for b in (1, 10, 100)),
     *(Shape(f"queues_{q}", "queues", queues=q) for q in (1, 10)),
@@ -112,6 +127,15 @@ SHAPES: tuple[Shape, ...] = (
     Shape("ack_single", "ack", partitions=1, push_batch=1, ack=True),
 )
 BY_NAME = {s.name: s for s in SHAPES}
+
+
+def connections(shape: Shape, args: argparse.Namespace) -> tuple[int, int]:
+    """(producer connections, consumer connections of each group) of a row: the reference suite's for
+    its axis, unless ``--producers`` / ``--consumers`` / ``--group-consumers`` say otherwise."""
+    producers = args.producers if args.producers is not None else shape.producers
+    given = args.group_consumers if shape.groups else args.consumers
+    consumers = given if given is not None else shape.consumers
+    return producers, consumers if shape.groups else max(consumers, shape.queues)
 
 
 # ---------------------------------------------------------------- load generator (child processes)
@@ -734,10 +758,10 @@ def run_phase(t: Target, shape: Shape, args: argparse.Namespace, server: str, ru
     if shape.ack:
         specs = [("ack", (t.url, base, seconds))]
     else:
-        per_group = args.group_consumers if shape.groups else max(args.consumers, shape.queues)
+        producers, per_group = connections(shape, args)
         spread = args.our_workers if args.spread else 0
         specs = [("consume", (t.url, queues, shape, per_group, seconds, args.drain, lead, args.autopilot, spread)),
-                 ("produce", (t.url, queues, shape, args.producers, seconds, spread))]
+                 ("produce", (t.url, queues, shape, producers, seconds, spread))]
     asyncio.run(_checkpoint(server))
     lanes0 = lane_counts(t.url)
     procs, pipes = [], []
@@ -790,6 +814,10 @@ def run_phase(t: Target, shape: Shape, args: argparse.Namespace, server: str, ru
     if row.pushed:
         row.cpu_broker = Meter.used(c0[0], seen[0]) / row.pushed * 1e6
         row.cpu_pg = Meter.used(c0[1], seen[1]) / row.pushed * 1e6
+    if not shape.ack:
+        producers, per_group = connections(shape, args)
+        row.notes.insert(0, f"{producers} producer / {per_group} consumer connections"
+                            f"{' a group' if shape.groups else ''}")
     row.notes.append(f"phase wall {wall:.1f} s")
     return row
 
@@ -940,8 +968,16 @@ def header(server: str, cpp: Any, args: argparse.Namespace) -> str:
             f"PostgreSQL {v} shared_buffers {sb} max_wal_size {wal} synchronous_commit {sc} | "
             f"queen-broker {ours} ({args.our_workers} workers), Python {platform.python_version()} | C++ Queen {cpp_v} ({args.workers} workers) | "
             f"rows {args.seconds:g} s, long {args.long_seconds:g} s, drain <= {args.drain:g} s, "
-            f"{args.producers} producer / {args.consumers} consumer / {args.group_consumers} per-group connections, "
-            f"autopilot {'on' if args.autopilot else 'off'}")
+            f"connections {conns_text(args)}, autopilot {'on' if args.autopilot else 'off'}")
+
+
+def conns_text(args: argparse.Namespace) -> str:
+    """The header's account of the rows' connection counts: the reference suite's, or what was given."""
+    ref = (f"partitions rows {REF_PARTITION_CONNS[0]} producer / {REF_PARTITION_CONNS[1]} consumer, other rows "
+           f"{REF_CONNS[0]} / {REF_CONNS[1]} ({REF_CONNS[1]} a group): the reference suite's")
+    given = [f"{what} {n}" for what, n in (("producers", args.producers), ("consumers", args.consumers),
+                                           ("per group", args.group_consumers)) if n is not None]
+    return ref + (f"; given: {', '.join(given)} (every row)" if given else "")
 
 
 def postmaster_pid(server: str) -> int | None:
@@ -1004,9 +1040,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--long-seconds", type=float, help="seconds of the long row (default 600; --quick 6)")
     ap.add_argument("--drain", type=float, help="at most this long to drain after the producers stop (default 30; --quick 5)")
     ap.add_argument("--quick", action="store_true", help="a smoke run: 3 s rows, 6 s long row, 5 s drains")
-    ap.add_argument("--producers", type=int, default=20, help="producer connections (default 20)")
-    ap.add_argument("--consumers", type=int, default=10, help="consumer connections in queue mode (default 10)")
-    ap.add_argument("--group-consumers", type=int, default=4, help="consumer connections of each group (default 4)")
+    ap.add_argument("--producers", type=int,
+                    help=f"producer connections of every row (default: the reference suite's, {REF_PARTITION_CONNS[0]} "
+                         f"in the partitions rows, {REF_CONNS[0]} elsewhere)")
+    ap.add_argument("--consumers", type=int,
+                    help=f"consumer connections of every queue-mode row (default: the reference suite's, "
+                         f"{REF_PARTITION_CONNS[1]} in the partitions rows, {REF_CONNS[1]} elsewhere)")
+    ap.add_argument("--group-consumers", type=int,
+                    help=f"consumer connections of each group in the groups rows (default: the reference suite's "
+                         f"{REF_CONNS[1]})")
     ap.add_argument("--autopilot", action="store_true",
                     help="consumers add autopilot=true to their pops, as the official client (queen-mq 2.6.0) does by "
                          "default (off: the reference suite's own requests)")
@@ -1028,8 +1070,8 @@ def main(argv: list[str] | None = None) -> int:
     args.seconds = args.seconds or (3.0 if args.quick else 60.0)
     args.long_seconds = args.long_seconds or (6.0 if args.quick else 600.0)
     args.drain = args.drain or (5.0 if args.quick else 30.0)
-    if args.seconds <= 0 or args.long_seconds <= 0 or args.drain <= 0 or args.producers < 1 or args.consumers < 1 \
-            or args.group_consumers < 1 or args.our_workers < 1 or args.workers < 1:
+    if args.seconds <= 0 or args.long_seconds <= 0 or args.drain <= 0 or args.our_workers < 1 or args.workers < 1 \
+            or any(n is not None and n < 1 for n in (args.producers, args.consumers, args.group_consumers)):
         ap.error("durations and connection counts must be positive")
     if args.cpp_bin and not Path(args.cpp_bin).is_file():
         ap.error(f"--cpp-bin: no such file {args.cpp_bin}")

@@ -3,6 +3,7 @@ through ``queen bench shapes`` against our broker only (a few seconds of load)."
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import subprocess
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import uniq
 
-from bench.bench_shapes import SHAPES, Meter, Row, _sweep, check_ids, spread_p99
+from bench.bench_shapes import BY_NAME, SHAPES, Meter, Row, _sweep, check_ids, connections, spread_p99
 from bench.httpconn import host_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,3 +103,18 @@ def test_a_lost_count_the_sweep_did_not_finish_checking_is_printed_marked() -> N
     assert row.lost_text == "600?"
     row.lost = 0
     assert row.lost_text == "0"  # nothing counted lost: nothing to mark
+
+
+def test_rows_run_the_reference_suites_connection_counts_unless_told_otherwise() -> None:
+    ref = argparse.Namespace(producers=None, consumers=None, group_consumers=None)
+    # the partition axis: 5 x 100 producers and 2 x 50 consumers; every other axis 50 and 50, each group 50
+    for n in (2, 11, 101, 1001, 10001):
+        assert connections(BY_NAME[f"part_{n}"], ref) == (500, 100)
+    for name in ("batch_1", "batch_10", "batch_100", "queues_1", "queues_10", "long", "groups_1", "groups_10"):
+        assert connections(BY_NAME[name], ref) == (50, 50), name
+    given = argparse.Namespace(producers=20, consumers=10, group_consumers=4)
+    assert connections(BY_NAME["part_11"], given) == (20, 10)
+    assert connections(BY_NAME["groups_5"], given) == (20, 4)  # a group's count is --group-consumers
+    few = argparse.Namespace(producers=None, consumers=3, group_consumers=None)
+    assert connections(BY_NAME["queues_10"], few) == (50, 10)  # at least one consumer on each queue
+    assert connections(BY_NAME["groups_5"], few) == (50, 50)
