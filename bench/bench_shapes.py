@@ -755,10 +755,10 @@ def run_phase(t: Target, shape: Shape, args: argparse.Namespace, server: str, ru
     queues = _queue_names(base, shape)
     ctx = mp.get_context("spawn")
     lead = 0.5  # consumers are polling (and their groups exist) before the first push
+    producers, per_group = connections(shape, args)
     if shape.ack:
         specs = [("ack", (t.url, base, seconds))]
     else:
-        producers, per_group = connections(shape, args)
         spread = args.our_workers if args.spread else 0
         specs = [("consume", (t.url, queues, shape, per_group, seconds, args.drain, lead, args.autopilot, spread)),
                  ("produce", (t.url, queues, shape, producers, seconds, spread))]
@@ -815,7 +815,6 @@ def run_phase(t: Target, shape: Shape, args: argparse.Namespace, server: str, ru
         row.cpu_broker = Meter.used(c0[0], seen[0]) / row.pushed * 1e6
         row.cpu_pg = Meter.used(c0[1], seen[1]) / row.pushed * 1e6
     if not shape.ack:
-        producers, per_group = connections(shape, args)
         row.notes.insert(0, f"{producers} producer / {per_group} consumer connections"
                             f"{' a group' if shape.groups else ''}")
     row.notes.append(f"phase wall {wall:.1f} s")
