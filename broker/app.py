@@ -8,8 +8,8 @@ background: until migrations are applied and the pool answers, every ``/api`` ro
 primary (migrations are never attempted on a standby). A database that goes away later turns ``/health`` 503 and API
 calls into 503 ``database_unavailable``; when it returns, the same pool reconnects.
 
-Middlewares, outermost first: metrics (per route and rendered status), errors (one envelope for
-everything, never a traceback), boot flag and authentication.
+One middleware (``edge_middleware``): boot flag and authentication, one envelope for everything (never a
+traceback), metrics per route and rendered status.
 """
 
 from __future__ import annotations
@@ -75,54 +75,61 @@ def _http_exception_to_api(exc: web.HTTPException) -> errors.ApiError:
     return errors.Unavailable("http_error", exc.text or exc.reason, code="unavailable")
 
 
-@web.middleware
-async def error_middleware(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
+def _error_answer(request: web.Request, exc: Exception) -> web.Response:
+    """The envelope for what a handler (or the checks before it) raised: a refusal, aiohttp's own
+    HTTP errors, a database failure's 503; anything else is logged and answers 500 without a traceback."""
+    if isinstance(exc, web.HTTPException):
         err = _http_exception_to_api(exc)
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:
-        answer = api_error(exc)  # a refusal, or a database failure's 503
+    else:
+        answer = api_error(exc)
         if answer is None:
-            log.exception("unhandled error on %s %s", request.method, request.path)
+            log.exception("unhandled error on %s %s", request.method, request.path, exc_info=exc)
             return web.Response(body=errors.internal_envelope(), status=500, content_type="application/json")
         err = answer
     return web.Response(body=err.body(), status=err.status, headers=err.headers, content_type="application/json")
 
 
 @web.middleware
-async def metrics_middleware(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
-    route = request.match_info.route.resource.canonical if request.match_info.route.resource else "unmatched"
+async def edge_middleware(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+    """Every request, in one layer (each middleware layer is a coroutine frame that every resumption of
+    the request's task passes through again): the boot flag and authentication for the authenticated
+    prefixes, with the request's admissions in flight until it ends; one envelope for everything raised;
+    the per-route metrics of the rendered status."""
+    resource = request.match_info.route.resource
+    route = resource.canonical if resource else "unmatched"
     start = time.perf_counter()
-    status = 500
+    status = 500  # what the metrics say of a request that ends by cancellation (its client went away)
     try:
-        resp = await handler(request)
+        try:
+            # The path as routed (repeated slashes collapsed, as Router does): "//api/v1/..." reaches an
+            # /api handler, so it must not skip the boot flag and authentication.
+            if Router.collapse(request.path).startswith(AUTHENTICATED_PREFIXES):
+                b = request.app[BROKER]
+                if not b.ready:
+                    raise errors.booting(f"the broker is starting: {b.boot_reason}")
+                if b.draining:
+                    raise errors.Unavailable("draining", "this worker is shutting down; retry", code="unavailable")
+                request[PRINCIPAL_KEY] = b.verifier.principal(request.headers.get("Authorization"))
+                refuse_repeated_query(request)
+                scope = limits.open_admissions()  # the request's admissions are in flight until it ends
+                try:
+                    resp = await handler(request)
+                finally:
+                    limits.close_admissions(scope)
+            else:
+                resp = await handler(request)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            resp = _error_answer(request, exc)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            resp = _error_answer(request, exc)
         status = resp.status
         return resp
     finally:
         metrics.observe_http(route, request.method, status, time.perf_counter() - start)
-
-
-@web.middleware
-async def boot_auth_middleware(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
-    # The path as routed (repeated slashes collapsed, as Router does): "//api/v1/..." reaches an /api
-    # handler, so it must not skip the boot flag and authentication.
-    path = Router.collapse(request.path)
-    if path.startswith(AUTHENTICATED_PREFIXES):
-        b = request.app[BROKER]
-        if not b.ready:
-            raise errors.booting(f"the broker is starting: {b.boot_reason}")
-        if b.draining:
-            raise errors.Unavailable("draining", "this worker is shutting down; retry", code="unavailable")
-        request[PRINCIPAL_KEY] = b.verifier.principal(request.headers.get("Authorization"))
-        refuse_repeated_query(request)
-        with limits.admission_scope():  # the request's admissions are in flight until it ends
-            return await handler(request)
-    return await handler(request)
 
 
 async def _boot(b: Broker) -> None:
@@ -203,7 +210,7 @@ async def _on_shutdown(app: web.Application) -> None:
 def create_app(settings: Settings, dsn: str, *, worker_index: int = 0, lanes_dir: str | None = None) -> web.Application:
     app = web.Application(
         router=Router(),
-        middlewares=[metrics_middleware, error_middleware, boot_auth_middleware],
+        middlewares=[edge_middleware],
         client_max_size=settings.max_body_bytes,
     )
     b = Broker(settings=settings, dsn=dsn, worker_index=worker_index, lanes_dir=lanes_dir)

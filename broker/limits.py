@@ -65,7 +65,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING
 
@@ -375,21 +375,35 @@ async def admit(broker: Broker, principal: Principal, surface: str, ops: int) ->
 
 
 # The admissions of the current request, settled when it ends (see the module docstring).
-_OPEN: ContextVar[list[tuple[LimitsCache, str, int, int]] | None] = ContextVar("queen_limits_open", default=None)
+Opened = list[tuple["LimitsCache", str, int, int]]
+_OPEN: ContextVar[Opened | None] = ContextVar("queen_limits_open", default=None)
+Scope = tuple[Token[Opened | None], Opened]
+
+
+def open_admissions() -> Scope:
+    """One request begins: what ``admit`` lets through from here is in flight until ``close_admissions``
+    (the app's middleware calls the pair around every authenticated request; plain calls, not a
+    generator context manager, on the hottest path there is)."""
+    opened: Opened = []
+    return _OPEN.set(opened), opened
+
+
+def close_admissions(scope: Scope) -> None:
+    """The request ended: its writes have committed or failed, so its admissions are no longer in flight."""
+    token, opened = scope
+    _OPEN.reset(token)
+    for cache, tenant, messages, timers in opened:
+        cache.settle(tenant, messages, timers)
 
 
 @contextmanager
 def admission_scope() -> Iterator[None]:
-    """One request: what ``admit`` lets through inside is in flight until the scope ends (its writes have
-    committed or failed by then)."""
-    opened: list[tuple[LimitsCache, str, int, int]] = []
-    token = _OPEN.set(opened)
+    """``open_admissions`` / ``close_admissions`` as a ``with`` block."""
+    scope = open_admissions()
     try:
         yield
     finally:
-        _OPEN.reset(token)
-        for cache, tenant, messages, timers in opened:
-            cache.settle(tenant, messages, timers)
+        close_admissions(scope)
 
 
 # --- operator state (the admin routes call these; every change is NOTIFYed to every worker)

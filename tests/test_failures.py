@@ -11,7 +11,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from asyncpg import exceptions as pgx
 
-from broker.app import error_middleware
+from broker.app import edge_middleware
 from broker.metrics import CONFLICT_RETRIES
 from broker.store.failures import (
     CONFLICT_ATTEMPTS,
@@ -54,7 +54,7 @@ async def _answer_of(exc: BaseException) -> tuple[int, dict, dict]:
     async def handler(_request: web.Request) -> web.Response:
         raise exc
 
-    app = web.Application(middlewares=[error_middleware])
+    app = web.Application(middlewares=[edge_middleware])
     app.router.add_post("/x", handler)
     async with TestClient(TestServer(app)) as client:
         r = await client.post("/x")
@@ -62,7 +62,7 @@ async def _answer_of(exc: BaseException) -> tuple[int, dict, dict]:
 
 
 @pytest.mark.parametrize("exc", SHUTDOWN_FAILURES[:3], ids=lambda e: type(e).__name__)
-async def test_the_error_middleware_answers_503_not_500(exc):
+async def test_the_edge_middleware_answers_503_not_500(exc):
     status, body, headers = await _answer_of(exc)
     assert status == 503, body
     assert body["error"] == "unavailable" and body["reason"] == "database_unavailable"
