@@ -1059,8 +1059,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="+", choices=list(BY_NAME), metavar="ROW", help=f"rows to run: {', '.join(BY_NAME)}")
     ap.add_argument("--workers", type=int, default=2, help="workers of each broker (default 2)")
     ap.add_argument("--our-workers", type=int,
-                    help="workers of our broker alone (default: --workers); on two cores shared with PostgreSQL one "
-                         "worker served these shapes better than two (docs/guides/capacity-planning.md)")
+                    help="workers of our broker alone (default: --workers); one against two on two cores shared with "
+                         "PostgreSQL: docs/guides/capacity-planning.md")
     ap.add_argument("--cpp-bin", default=os.environ.get("QUEEN_BENCH_CPP_BIN"),
                     help="a built C++ Queen server/bin/queen-server (env QUEEN_BENCH_CPP_BIN); without it: ours only")
     ap.add_argument("--env", action="append", default=[], metavar="K=V", help="extra QUEEN_* env for our broker")
