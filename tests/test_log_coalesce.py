@@ -9,6 +9,7 @@ import uuid
 
 import asyncpg
 import pytest
+from helpers import sql_pop, sql_push
 
 from broker import services
 from broker.auth import Principal
@@ -281,3 +282,94 @@ async def test_coalesced_acks_split_verdicts(svc: LogService) -> None:
     # through the coalescer, concurrently: the refused one is still acknowledgeable with its lease
     res = await asyncio.gather(svc.ack(P, [ack(msgs[1])]), svc.ack(P, [ack(msgs[0])]))
     assert [r[0]["success"] for r in res] == [True, True]
+
+
+# ---- gathered pops: one walk of the group's cursors for all of them (queen_pop_many)
+
+
+def gathered(queue: str, *widths: int, group: str = "__QUEUE_MODE__") -> tuple:
+    """``log_pop_many`` arguments: one autoAck pop of ``queue`` per width (its max_partitions)."""
+    return Pop.many_args("co", [Pop(tenant="co", queue=queue, partition=None, group=group, batch=10,
+                                    max_partitions=w, auto_ack=True) for w in widths])
+
+
+def by_job(rows: list[asyncpg.Record], jobs: int) -> list[list[str]]:
+    """Per job (1-based in the rows), the partitions of the messages it got, in order."""
+    out: list[list[str]] = [[] for _ in range(jobs)]
+    for r in rows:
+        if r["kind"] == "msg" and (not out[r["job"] - 1] or out[r["job"] - 1][-1] != r["partition"]):
+            out[r["job"] - 1].append(r["partition"])
+    return out
+
+
+async def seed(c: asyncpg.Connection, queue: str, parts: list[str]) -> None:
+    """One message in each partition, and the group's cursors on all of them (a pop that finds the
+    queue empty again), claimed in the order of ``parts``: p[0] the least recently claimed."""
+    for p in parts:
+        await sql_push(c, "co", queue, [f"{p}-0"], partition=p)
+    for _ in parts:  # a pop per partition: the group's cursors exist and each is claimed once
+        assert len(await sql_pop(c, "co", queue, batch=10, auto_ack=True)) == 1
+    for k, p in enumerate(parts):
+        await c.execute(
+            "UPDATE queen_cursors cu SET claimed_at = now() - (100 - $3) * interval '1 second' FROM queen_partitions p "
+            "WHERE p.tenant = cu.tenant AND p.id = cu.partition_id AND cu.tenant = 'co' AND p.queue = $1 AND p.name = $2",
+            queue, p, k)
+        await sql_push(c, "co", queue, [f"{p}-1"], partition=p)
+
+
+async def test_gathered_pops_take_the_least_recently_claimed_partitions_in_job_order(svc: LogService) -> None:
+    async with svc.b.require_pool().acquire() as c:
+        await seed(c, "gw", ["p3", "p1", "p4", "p0", "p2"])
+        rows = await c.fetch(Q.log_pop_many, *gathered("gw", 1, 1, 1, 1, 1, 1, 1))
+        # one walk handed the five servable partitions out in claimed_at order; the jobs left without
+        # one answer idle (nothing else to serve at this instant), and nothing went out twice
+        assert by_job(rows, 7) == [["p3"], ["p1"], ["p4"], ["p0"], ["p2"], [], []]
+        assert sorted(r["txn"] for r in rows if r["kind"] == "msg") == sorted(f"p{i}-1" for i in range(5))
+        assert [r["kind"] for r in rows if r["job"] > 5] == ["idle", "idle"]
+
+
+async def test_gathered_pops_of_several_partitions_each_get_their_own_slice(svc: LogService) -> None:
+    async with svc.b.require_pool().acquire() as c:
+        await seed(c, "gs", ["p0", "p1", "p2", "p3", "p4"])
+        rows = await c.fetch(Q.log_pop_many, *gathered("gs", 2, 1, 3))
+        assert by_job(rows, 3) == [["p0", "p1"], ["p2"], ["p3", "p4"]]
+
+
+async def test_gathered_pops_pass_over_cursors_another_transaction_holds(svc: LogService) -> None:
+    async with svc.b.require_pool().acquire() as c, svc.b.require_pool().acquire() as other:
+        await seed(c, "gl", ["p0", "p1", "p2"])
+        async with other.transaction():
+            await other.execute(
+                "SELECT 1 FROM queen_cursors cu JOIN queen_partitions p ON p.tenant = cu.tenant AND "
+                "p.id = cu.partition_id WHERE cu.tenant = 'co' AND p.queue = 'gl' AND p.name = 'p0' FOR UPDATE OF cu")
+            rows = await c.fetch(Q.log_pop_many, *gathered("gl", 1, 1, 1))
+            assert by_job(rows, 3) == [["p1"], ["p2"], []]
+        rows = await c.fetch(Q.log_pop_many, *gathered("gl", 1, 1))  # released: the next call takes it
+        assert by_job(rows, 2) == [["p0"], []]
+
+
+async def test_gathered_pops_of_a_new_group_walk_to_the_cursors_its_first_pop_makes(svc: LogService) -> None:
+    async with svc.b.require_pool().acquire() as c:
+        for p in ("p0", "p1", "p2"):
+            await sql_push(c, "co", "gn", [f"{p}-0"], partition=p)
+        rows = await c.fetch(Q.log_pop_many, *gathered("gn", 1, 1, 1, 1, group="fresh"))
+        got = by_job(rows, 4)
+        assert sorted(p for ps in got[:3] for p in ps) == ["p0", "p1", "p2"] and got[3] == []
+        # the queue-mode group beside it has not been touched, and gets them all once
+        rows = await c.fetch(Q.log_pop_many, *gathered("gn", 1, 1, 1))
+        assert sorted(p for ps in by_job(rows, 3) for p in ps) == ["p0", "p1", "p2"]
+
+
+async def test_gathered_pops_of_two_queues_and_a_named_partition_keep_their_own_answers(svc: LogService) -> None:
+    async with svc.b.require_pool().acquire() as c:
+        await seed(c, "ga", ["p0", "p1"])
+        await seed(c, "gb", ["p0", "p1"])
+        await seed(c, "gc", ["py", "px"])  # py is the least recently claimed: the named pop takes px all the same
+        jobs = [Pop(tenant="co", queue=q, partition=part, group="__QUEUE_MODE__", batch=10, max_partitions=1,
+                    auto_ack=True) for q, part in (("ga", None), ("gb", None), ("gc", "px"), ("ga", None),
+                                                   ("gb", None))]
+        rows = await c.fetch(Q.log_pop_many, *Pop.many_args("co", jobs))
+        msgs = [(r["job"], r["txn"]) for r in rows if r["kind"] == "msg"]
+        assert sorted(msgs) == [(1, "p0-1"), (2, "p0-1"), (3, "px-1"), (4, "p1-1"), (5, "p1-1")]
+        assert {(r["job"], r["partition"]) for r in rows if r["kind"] == "msg"} == {
+            (1, "p0"), (2, "p0"), (3, "px"), (4, "p1"), (5, "p1")}

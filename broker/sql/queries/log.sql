@@ -25,16 +25,12 @@ FROM queen_pop(p_tenant => $1, p_queue => $2, p_partition => $3, p_group => $4, 
                p_conflation => $10);
 
 -- name: log_pop_many
--- Several pops in one statement (the pop coalescer, broker/log/service.py _pop_group): queen_pop once
--- per job, in job order (a nested loop over the jobs), each call seeing what the earlier ones claimed.
-SELECT j.job::integer AS job, p.kind, p.partition_id, p.partition, p.seq, p.id, p.txn, p.trace_id, p.payload,
-       p.codec, p.key_id, p.producer_sub, p.created_at, p.attempt, p.lease_id, p.lease_until, p.deadline_at
-FROM unnest($2::text[], $3::text[], $4::text[], $5::integer[], $6::integer[], $7::boolean[], $8::text[],
-            $9::timestamptz[], $10::boolean[])
-     WITH ORDINALITY AS j (queue, part, grp, batch, max_partitions, auto_ack, sub_mode, sub_from, conflation, job)
-CROSS JOIN LATERAL queen_pop(p_tenant => $1, p_queue => j.queue, p_partition => j.part, p_group => j.grp,
-                             p_batch => j.batch, p_max_partitions => j.max_partitions, p_auto_ack => j.auto_ack,
-                             p_sub_mode => j.sub_mode, p_sub_from => j.sub_from, p_conflation => j.conflation) p;
+-- Several pops in one statement (the pop coalescer, broker/log/service.py _pop_group): queen_pop_many runs
+-- queen_pop once per job, each call seeing what the earlier ones claimed.
+SELECT job, kind, partition_id, partition, seq, id, txn, trace_id, payload, codec, key_id, producer_sub,
+       created_at, attempt, lease_id, lease_until, deadline_at
+FROM queen_pop_many($1, $2::text[], $3::text[], $4::text[], $5::integer[], $6::integer[], $7::boolean[],
+                    $8::text[], $9::timestamptz[], $10::boolean[]);
 
 -- name: log_ack
 SELECT idx, success, error, dead_lettered
