@@ -328,11 +328,18 @@ async def test_gathered_pops_take_the_least_recently_claimed_partitions_in_job_o
         assert [r["kind"] for r in rows if r["job"] > 5] == ["idle", "idle"]
 
 
-async def test_gathered_pops_of_several_partitions_each_get_their_own_slice(svc: LogService) -> None:
+async def test_gathered_pops_of_several_partitions_walk_alone_and_stop_at_their_batch(svc: LogService) -> None:
     async with svc.b.require_pool().acquire() as c:
         await seed(c, "gs", ["p0", "p1", "p2", "p3", "p4"])
-        rows = await c.fetch(Q.log_pop_many, *gathered("gs", 2, 1, 3))
-        assert by_job(rows, 3) == [["p0", "p1"], ["p2"], ["p3", "p4"]]
+        await sql_push(c, "co", "gs", ["p0-2", "p0-3"], partition="p0")
+        # an autopilot-style pop (up to 5 partitions) whose batch fills on p0 and p1 leaves the rest to the
+        # jobs after it: a share of cursors handed out in advance would have held all five
+        jobs = [Pop(tenant="co", queue="gs", partition=None, group="__QUEUE_MODE__", batch=b, max_partitions=w,
+                    auto_ack=True) for b, w in ((4, 5), (10, 1), (10, 1), (10, 5))]
+        rows = await c.fetch(Q.log_pop_many, *Pop.many_args("co", jobs))
+        got = by_job(rows, 4)
+        assert got[0] == ["p0", "p1"] and sorted(p for ps in got[1:] for p in ps) == ["p2", "p3", "p4"]
+        assert len(got[1]) <= 1 and len(got[2]) <= 1
 
 
 async def test_gathered_pops_pass_over_cursors_another_transaction_holds(svc: LogService) -> None:

@@ -1035,15 +1035,17 @@ $$;
 
 -- Several pops in one call (the pop coalescer, broker/log/service.py _pop_group): queen_pop once per
 -- job, each call seeing what the earlier ones claimed (its statements take fresh snapshots); rows carry
--- the job's 1-based position. Jobs of one queue and group without a named partition go one after the
--- other, in job order, and when there are two or more of them the group's cursors are walked here ONCE
--- for all of them: the least recently claimed servable ones, as many as the jobs may claim (their
--- max_partitions), locked as each job's own walk would, and handed out in that order, each job reading
--- only its own. Each job walking alone passed over the same empty cursors and the cursors other
--- transactions hold as the one before it (with consumers keeping up, about 40 of 101 at a time, 0.4 ms a
--- walk, 18 walks a call under the batch_1 shape). A job left without one finds nothing to serve, as its
--- own walk would have at this instant: a message pushed since is not seen, but its push notifies the
--- queue when it commits, which wakes a long poll to pop again.
+-- the job's 1-based position. Jobs of one queue and group that claim one partition each (no named
+-- partition, max_partitions 1: the reference clients' pop) go one after the other, in job order, and
+-- when there are two or more of them the group's cursors are walked here ONCE for all of them: the least
+-- recently claimed servable ones, one a job, locked as each job's own walk would, and handed out in that
+-- order, each job reading only its own. Each job walking alone passed over the same empty cursors and
+-- the cursors other transactions hold as the one before it (with consumers keeping up, about 40 of 101
+-- at a time, 0.25-0.4 ms a walk, 11-18 walks a call under the batch_1 shape). A job left without one
+-- finds nothing to serve, as its own walk would have at this instant: a message pushed since is not
+-- seen, but its push notifies the queue when it commits, which wakes a long poll to pop again. A job
+-- that may claim several partitions walks alone: it stops claiming when its batch is full, which a
+-- share handed out in advance cannot know.
 CREATE OR REPLACE FUNCTION queen_pop_many(
     p_tenant text, p_queues text[], p_parts text[], p_groups text[], p_batches integer[], p_max_parts integer[],
     p_auto_acks boolean[], p_sub_modes text[], p_sub_froms timestamptz[], p_conflations boolean[]
@@ -1059,20 +1061,18 @@ DECLARE
     k      record;
     q      record;
     i      integer;
-    v_mp   integer;
     v_at   integer;
     v_pids uuid[];
     v_only uuid[];
 BEGIN
     FOR k IN
-        SELECT j.queue, j.grp, j.part IS NULL AS walks, array_agg(j.i ORDER BY j.i) AS jobs,
-               sum(greatest(j.mp, 1))::integer AS want
+        SELECT j.queue, j.grp, j.part IS NULL AND j.mp <= 1 AS shares, array_agg(j.i ORDER BY j.i) AS jobs
         FROM unnest(p_queues, p_groups, p_parts, p_max_parts) WITH ORDINALITY AS j (queue, grp, part, mp, i)
-        GROUP BY j.queue, j.grp, j.part IS NULL
+        GROUP BY j.queue, j.grp, j.part IS NULL AND j.mp <= 1
         ORDER BY min(j.i)
     LOOP
         v_pids := NULL;
-        IF k.walks AND cardinality(k.jobs) > 1 THEN
+        IF k.shares AND cardinality(k.jobs) > 1 THEN
             -- (not while the group lacks cursors: the first job makes them, and the others walk to them)
             SELECT qq.window_s, qq.delay_s, qq.retry_delay_ms, (qq.delay_s > 0 OR qq.retry_delay_ms > 0) AS gated
             INTO q FROM queen_queues qq
@@ -1091,18 +1091,15 @@ BEGIN
                                                   cu.lease_until, p.last_push_at, q.window_s, q.gated, q.delay_s,
                                                   q.retry_delay_ms)
                       ORDER BY cu.claimed_at NULLS FIRST
-                      LIMIT k.want
+                      LIMIT cardinality(k.jobs)
                       FOR UPDATE OF cu SKIP LOCKED) w;
             END IF;
         END IF;
-        v_at := 1;
+        v_at := 0;
         FOREACH i IN ARRAY k.jobs LOOP
-            v_only := NULL;
-            IF v_pids IS NOT NULL THEN
-                v_mp := greatest(p_max_parts[i], 1);
-                v_only := coalesce(v_pids[v_at:v_at + v_mp - 1], '{}');
-                v_at := v_at + v_mp;
-            END IF;
+            v_at := v_at + 1;
+            v_only := CASE WHEN v_pids IS NULL THEN NULL
+                           WHEN v_at <= cardinality(v_pids) THEN ARRAY[v_pids[v_at]] ELSE '{}' END;
             RETURN QUERY
                 SELECT i, p.kind, p.partition_id, p.partition, p.seq, p.id, p.txn, p.trace_id, p.payload, p.codec,
                        p.key_id, p.producer_sub, p.created_at, p.attempt, p.lease_id, p.lease_until, p.deadline_at
