@@ -506,8 +506,9 @@ class LogService:
         other inside the statement, and each of the function's statements reads what the earlier calls
         wrote (a volatile function's fresh snapshot), so a partition one job claimed or consumed is not
         servable to the next: each job gets only its own partitions and its own lease, as if the pops had
-        run one after the other. A failure that may be one job's (anything but the database being
-        unreachable) retries every job alone."""
+        run one after the other. Jobs of one queue and group that claim one partition each share one walk
+        of the group's cursors (``queen_pop_many``). A failure that may be one job's (anything but the
+        database being unreachable) retries every job alone."""
         if len(jobs) == 1:
             return [await self._pop_alone(jobs[0])]
         try:

@@ -29,8 +29,9 @@ FROM queen_pop(p_tenant => $1, p_queue => $2, p_partition => $3, p_group => $4, 
 -- queen_pop once per job, each call seeing what the earlier ones claimed.
 SELECT job, kind, partition_id, partition, seq, id, txn, trace_id, payload, codec, key_id, producer_sub,
        created_at, attempt, lease_id, lease_until, deadline_at
-FROM queen_pop_many($1, $2::text[], $3::text[], $4::text[], $5::integer[], $6::integer[], $7::boolean[],
-                    $8::text[], $9::timestamptz[], $10::boolean[]);
+FROM queen_pop_many(p_tenant => $1, p_queues => $2::text[], p_parts => $3::text[], p_groups => $4::text[],
+                    p_batches => $5::integer[], p_max_parts => $6::integer[], p_auto_acks => $7::boolean[],
+                    p_sub_modes => $8::text[], p_sub_froms => $9::timestamptz[], p_conflations => $10::boolean[]);
 
 -- name: log_ack
 SELECT idx, success, error, dead_lettered
