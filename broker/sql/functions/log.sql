@@ -636,7 +636,7 @@ RESET check_function_bodies;
 CREATE OR REPLACE FUNCTION queen_pop(
     p_tenant text, p_queue text, p_partition text, p_group text, p_batch integer, p_max_partitions integer,
     p_auto_ack boolean, p_sub_mode text, p_sub_from timestamptz, p_conflation boolean DEFAULT false,
-    p_only uuid[] DEFAULT NULL
+    p_shared boolean DEFAULT false, p_share uuid DEFAULT NULL
 ) RETURNS TABLE (kind text, partition_id uuid, partition text, seq bigint, id uuid, txn text, trace_id uuid,
                  payload bytea, codec smallint, key_id text, producer_sub text, created_at timestamptz,
                  attempt integer, lease_id uuid, lease_until timestamptz, deadline_at timestamptz)
@@ -677,6 +677,7 @@ DECLARE
     v_upto    integer;
     v_seen    integer;
     v_set     boolean;
+    v_shared  boolean := false;
 BEGIN
     SELECT qq.lease_time_s, qq.retry_limit, qq.dlq_enabled, qq.partition_count, qq.delay_s, qq.window_s,
            qq.retry_delay_ms, qq.max_wait_s INTO q
@@ -785,24 +786,14 @@ BEGIN
     -- The partitions to serve: the named one (its row alone), or the least recently claimed free ones
     -- of the group (a walk of queen_cursors_ready, the cursors with something to hand out, that stops at
     -- the first that can serve: one with a live lease or held back by a queue option is passed over).
-    -- p_only: the cursors queen_pop_many walked to and locked for this call among the pops it gathered
-    -- (empty: none were left for it); the walk reads those alone. Not when this call just created
-    -- cursors (they were not there to be walked to).
-    IF v_pid IS NULL AND p_only IS NOT NULL AND v_new = 0 THEN
-        OPEN v_cur FOR
-            SELECT cu.partition_id AS pid, cu.acked_seq, cu.lease_id AS old_lease, cu.lease_end_seq, p.name, p.next_seq
-            FROM queen_cursors cu
-            CROSS JOIN LATERAL (SELECT pp.name, pp.next_seq, pp.last_push_at FROM queen_partitions pp
-                                WHERE pp.tenant = p_tenant AND pp.id = cu.partition_id
-                                LIMIT 1) p
-            WHERE cu.tenant = p_tenant AND cu.partition_id = ANY (p_only) AND cu.consumer_group = p_group
-              AND cu.queue = p_queue AND cu.ready
-              AND queen_cursor_servable(p_tenant, p_group, cu.partition_id, cu.acked_seq, p.next_seq, cu.lease_until,
-                                        p.last_push_at, q.window_s, v_gated, q.delay_s, q.retry_delay_ms)
-            ORDER BY cu.claimed_at NULLS FIRST
-            LIMIT greatest(p_max_partitions, 1)
-            FOR UPDATE OF cu SKIP LOCKED;
-    ELSIF v_pid IS NULL THEN
+    -- p_shared: queen_pop_many walked the group's cursors for the pops it gathered and locked p_share for
+    -- this call (NULL: none was left for it); the call reads that one alone, as a named partition. Not
+    -- when this call just created cursors (they were not there to be walked to).
+    IF v_pid IS NULL AND p_shared AND v_new = 0 THEN
+        v_shared := true;
+        v_pid := p_share;
+    END IF;
+    IF v_pid IS NULL AND NOT v_shared THEN
         -- Each cursor walked reads its partition's row by primary key (a LATERAL subquery under a LIMIT,
         -- so it stays a probe). As a join, the generic plan built on statistics of a small table (up to
         -- some thousands of partitions) read every partition row of the table, held the tenant's in memory
@@ -1008,7 +999,7 @@ BEGIN
 
     IF NOT v_any THEN
         -- seq carries the milliseconds until that instant (by the database clock).
-        IF v_pid IS NULL THEN
+        IF v_pid IS NULL OR v_shared THEN
             SELECT min(cu.lease_until) INTO v_until FROM queen_cursors cu
             CROSS JOIN LATERAL (SELECT pp.next_seq FROM queen_partitions pp
                                 WHERE pp.tenant = p_tenant AND pp.id = cu.partition_id
@@ -1063,7 +1054,6 @@ DECLARE
     i      integer;
     v_at   integer;
     v_pids uuid[];
-    v_only uuid[];
 BEGIN
     FOR k IN
         SELECT j.queue, j.grp, j.part IS NULL AND j.mp <= 1 AS shares, array_agg(j.i ORDER BY j.i) AS jobs
@@ -1097,9 +1087,7 @@ BEGIN
         END IF;
         v_at := 0;
         FOREACH i IN ARRAY k.jobs LOOP
-            v_at := v_at + 1;
-            v_only := CASE WHEN v_pids IS NULL THEN NULL
-                           WHEN v_at <= cardinality(v_pids) THEN ARRAY[v_pids[v_at]] ELSE '{}' END;
+            v_at := v_at + 1;  -- (past the last cursor walked to, v_pids[v_at] is NULL: none for this job)
             RETURN QUERY
                 SELECT i, p.kind, p.partition_id, p.partition, p.seq, p.id, p.txn, p.trace_id, p.payload, p.codec,
                        p.key_id, p.producer_sub, p.created_at, p.attempt, p.lease_id, p.lease_until, p.deadline_at
@@ -1107,7 +1095,7 @@ BEGIN
                                p_group => p_groups[i], p_batch => p_batches[i], p_max_partitions => p_max_parts[i],
                                p_auto_ack => p_auto_acks[i], p_sub_mode => p_sub_modes[i],
                                p_sub_from => p_sub_froms[i], p_conflation => p_conflations[i],
-                               p_only => v_only) p;
+                               p_shared => v_pids IS NOT NULL, p_share => v_pids[v_at]) p;
         END LOOP;
     END LOOP;
 END
