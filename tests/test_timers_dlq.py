@@ -36,10 +36,12 @@ def test_failing_timer_goes_to_the_dlq_and_replay_is_refused(start_broker):
 
 
 def test_transient_failures_cost_nothing_and_the_timer_fires(start_broker):
-    b = start_broker(env=ENV, workers=1)
+    # enough failures, each backing off (doubling, at most 100 ms here), for the timer to be seen between
+    # two of them: with 4 the window was ~0.3 s, and a busy run once missed it
+    b = start_broker(env={**ENV, "QUEEN_SWEEPER_BACKOFF_CAP_MS": "100"}, workers=1)
     q, txn = uniq("tr"), uniq("txn")
     with httpx.Client(base_url=b.url) as c:
-        c.post("/api/v1/test/timers/fail", json={"queue": q, "count": 4, "class": "transient"})
+        c.post("/api/v1/test/timers/fail", json={"queue": q, "count": 20, "class": "transient"})
         c.post("/api/v1/timers", json={"operations": [sched(q, "k", txn)]})
         seen = wait_for(lambda: (p := c.get(f"/api/v1/timers/{q}/k").json()).get("lastError") and p)
         assert seen["attempts"] == 0 and seen["claimed"] is False
