@@ -380,3 +380,31 @@ async def test_gathered_pops_of_two_queues_and_a_named_partition_keep_their_own_
         assert sorted(msgs) == [(1, "p0-1"), (2, "p0-1"), (3, "px-1"), (4, "p1-1"), (5, "p1-1")]
         assert {(r["job"], r["partition"]) for r in rows if r["kind"] == "msg"} == {
             (1, "p0"), (2, "p0"), (3, "px"), (4, "p1"), (5, "p1")}
+
+
+async def test_gathered_pops_of_one_group_run_one_statement_at_a_time(svc: LogService) -> None:
+    pool = svc.b.require_pool()
+    async with pool.acquire() as a, pool.acquire() as b, pool.acquire() as c:
+        await seed(a, "gw2", ["p0", "p1", "p2"])
+        async with a.transaction():  # a gathered pop whose transaction is still open (another worker's)
+            assert by_job(await a.fetch(Q.log_pop_many, *gathered("gw2", 1, 1)), 2) == [["p0"], ["p1"]]
+            second = asyncio.ensure_future(b.fetch(Q.log_pop_many, *gathered("gw2", 1, 1)))
+            for _ in range(200):  # it waits on the group's walk lock (lock_keys.POP_WALK), not beside it
+                waiting = await c.fetchval("SELECT count(*) FROM pg_locks WHERE pid = $1 AND locktype = 'advisory' "
+                                           "AND NOT granted AND classid = 7305", b.get_server_pid())
+                if waiting:
+                    break
+                await asyncio.sleep(0.01)
+            assert waiting == 1 and not second.done()
+            # another group of the same queue, and a named partition of the same group, do not wait
+            rows = await asyncio.wait_for(c.fetch(Q.log_pop_many, *gathered("gw2", 1, 1, group="other")), 5)
+            got = by_job(rows, 2)
+            assert all(len(ps) == 1 for ps in got) and got[0] != got[1]
+            named = [Pop(tenant="co", queue="gw2", partition=part, group="__QUEUE_MODE__", batch=10,
+                         max_partitions=1, auto_ack=True) for part in ("p2", "p2")]
+            rows = await asyncio.wait_for(c.fetch(Q.log_pop_many, *Pop.many_args("co", named)), 5)
+            assert by_job(rows, 2) == [["p2"], []]
+        rows = await asyncio.wait_for(second, 10)  # after the first committed: nothing it took goes out again
+        assert by_job(rows, 2) == [[], []]
+        await sql_push(a, "co", "gw2", ["p1-2"], partition="p1")
+        assert by_job(await b.fetch(Q.log_pop_many, *gathered("gw2", 1, 1)), 2) == [["p1"], []]

@@ -26,6 +26,9 @@ QUEUE_CAP = 7303
 # One pop at a time makes a group's cursors for a queue's new partitions; the others walk the cursors
 # that exist instead of waiting on the same rows (queen_pop).
 CURSOR_MAKE = 7304
+# The gathered pops of one (tenant, queue, consumer group) one statement at a time across workers and
+# brokers, so two walks of the group's cursors do not pass over each other's locks (queen_pop_many).
+POP_WALK = 7305
 # The seed of hashtextextended for a KV key's (and a lock permit's) lock id (queen_kv_lock_id).
 KV_KEY_SEED = 7142
 # The calls on one lock name, serialised (queen_locks_apply).
@@ -43,6 +46,7 @@ IN_SQL: dict[int, str] = {
     LOG_PRUNE: "queen_log_prune",
     QUEUE_CAP: "queen_push_guard",
     CURSOR_MAKE: "queen_pop",
+    POP_WALK: "queen_pop_many",
     KV_KEY_SEED: "queen_kv_lock_id",
     LOCK_NAME: "queen_locks_apply",
     TIMERS_PARTITION: "queen_timers_take",
