@@ -47,8 +47,8 @@ generator's CPU (its two processes: producers and consumers, each one asyncio lo
 bench/httpconn.py) in cores, to show it was not the bottleneck, the consumers' pops a message (and how
 full they came back), and for ours which worker held each producer and consumer connection (the workers
 share one listening socket: a burst of connections lands as the first worker woken takes it; ``--spread``
-splits them evenly instead) and, with ``--env QUEEN_PUSH_LANES=1``, how many pushes went through the push
-lanes to the tenant's owner worker. Then the ratio ours/C++ and the verdict
+splits them evenly instead, ``--pack`` puts them all on the first worker) and, with ``--env
+QUEEN_PUSH_LANES=1``, how many pushes went through the push lanes to the tenant's owner worker. Then the ratio ours/C++ and the verdict
 against the targets set for this comparison: throughput >= 1.5x, p99 no worse, CPU per message lower, groups fair
 (spread p99 no worse than the C++ Queen's, or under 5 ms), 0 lost, 0 duplicated. The summary at the end
 is a Markdown table (docs/guides/benchmarks-reference-shapes.md).
@@ -759,7 +759,7 @@ def run_phase(t: Target, shape: Shape, args: argparse.Namespace, server: str, ru
     if shape.ack:
         specs = [("ack", (t.url, base, seconds))]
     else:
-        spread = args.our_workers if args.spread else 0
+        spread = args.our_workers if args.spread else 1 if args.pack else 0  # 1: every connection on worker 0
         specs = [("consume", (t.url, queues, shape, per_group, seconds, args.drain, lead, args.autopilot, spread)),
                  ("produce", (t.url, queues, shape, producers, seconds, spread))]
     asyncio.run(_checkpoint(server))
@@ -1056,6 +1056,9 @@ def main(argv: list[str] | None = None) -> int:
                          "with /health): producers and each group's consumers split evenly, as many clients "
                          "connecting over time would be; by default the kernel's accept order decides (the split "
                          "is printed per row)")
+    ap.add_argument("--pack", action="store_true",
+                    help="reopen each generator connection until it sits on the first worker of our broker: every "
+                         "producer and consumer on one worker, to set against --spread")
     ap.add_argument("--only", nargs="+", choices=list(BY_NAME), metavar="ROW", help=f"rows to run: {', '.join(BY_NAME)}")
     ap.add_argument("--workers", type=int, default=2, help="workers of each broker (default 2)")
     ap.add_argument("--our-workers", type=int,
@@ -1072,6 +1075,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.seconds <= 0 or args.long_seconds <= 0 or args.drain <= 0 or args.our_workers < 1 or args.workers < 1 \
             or any(n is not None and n < 1 for n in (args.producers, args.consumers, args.group_consumers)):
         ap.error("durations and connection counts must be positive")
+    if args.spread and args.pack:
+        ap.error("--spread and --pack are exclusive")
     if args.cpp_bin and not Path(args.cpp_bin).is_file():
         ap.error(f"--cpp-bin: no such file {args.cpp_bin}")
     shapes = [BY_NAME[n] for n in args.only] if args.only else list(SHAPES)
