@@ -458,6 +458,7 @@ def _openapi_traffic_hook() -> Iterator[_OpenApiTraffic]:
         yield OPENAPI_TRAFFIC
         return
     orig_start = LocalBroker.start
+    orig_stop = LocalBroker.stop
     orig_sync = httpx.HTTPTransport.handle_request
     orig_async = httpx.AsyncHTTPTransport.handle_async_request
 
@@ -465,6 +466,15 @@ def _openapi_traffic_hook() -> Iterator[_OpenApiTraffic]:
         url = httpx.URL(self.url)
         OPENAPI_TRAFFIC.bases.add((url.scheme, url.host, url.port))
         return orig_start(self, *args, **kwargs)
+
+    def stop(self: LocalBroker, *args: Any, **kwargs: Any) -> Any:
+        # The port is free again, and whatever binds it next (a Patroni or etcd node of a cluster test,
+        # whose GET /health is not ours) is no broker: its traffic is not checked against our document.
+        try:
+            return orig_stop(self, *args, **kwargs)
+        finally:
+            url = httpx.URL(self.url)
+            OPENAPI_TRAFFIC.bases.discard((url.scheme, url.host, url.port))
 
     def handle_request(self: httpx.HTTPTransport, request: httpx.Request) -> httpx.Response:
         if not OPENAPI_TRAFFIC.wants(request.url):
@@ -483,12 +493,14 @@ def _openapi_traffic_hook() -> Iterator[_OpenApiTraffic]:
         return response
 
     LocalBroker.start = start  # type: ignore[method-assign]
+    LocalBroker.stop = stop  # type: ignore[method-assign]
     httpx.HTTPTransport.handle_request = handle_request  # type: ignore[method-assign]
     httpx.AsyncHTTPTransport.handle_async_request = handle_async_request  # type: ignore[method-assign]
     try:
         yield OPENAPI_TRAFFIC
     finally:
         LocalBroker.start = orig_start  # type: ignore[method-assign]
+        LocalBroker.stop = orig_stop  # type: ignore[method-assign]
         httpx.HTTPTransport.handle_request = orig_sync  # type: ignore[method-assign]
         httpx.AsyncHTTPTransport.handle_async_request = orig_async  # type: ignore[method-assign]
     left = OPENAPI_TRAFFIC.failures
