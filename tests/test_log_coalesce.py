@@ -19,6 +19,7 @@ from broker.log.calls import Pop
 from broker.log.coalesce import Coalescer
 from broker.log.parse import AckItem, PushItem
 from broker.log.service import LogService
+from broker.store import lock_keys
 from broker.store.pool import create_pool
 from broker.store.queries import Q
 
@@ -391,7 +392,7 @@ async def test_gathered_pops_of_one_group_run_one_statement_at_a_time(svc: LogSe
             second = asyncio.ensure_future(b.fetch(Q.log_pop_many, *gathered("gw2", 1, 1)))
             for _ in range(200):  # it waits on the group's walk lock (lock_keys.POP_WALK), not beside it
                 waiting = await c.fetchval("SELECT count(*) FROM pg_locks WHERE pid = $1 AND locktype = 'advisory' "
-                                           "AND NOT granted AND classid = 7305", b.get_server_pid())
+                                           "AND NOT granted AND classid = $2", b.get_server_pid(), lock_keys.POP_WALK)
                 if waiting:
                     break
                 await asyncio.sleep(0.01)

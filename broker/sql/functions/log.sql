@@ -1039,7 +1039,7 @@ $$;
 -- share handed out in advance cannot know.
 -- Two workers' gathered pops of one queue and group (its consumers' connections on both) run one after
 -- the other, not side by side: side by side each walk passed over the cursors the other held and
--- served fewer jobs, the jobs left over popped again, and PostgreSQL spent 402-424 us a message
+-- handed fewer of them to its jobs, and PostgreSQL spent 402-424 us a message
 -- against 243-276 with the consumers on one worker (batch_1 shape, 30 s rows, ours alone, embedded
 -- PostgreSQL 16: 2,201-2,265 msg/s split, 2,892-2,973 split and serialised, 2,819-3,110 on one
 -- worker). A pop of a named partition reads its one cursor and takes no such lock; a pop alone
