@@ -48,9 +48,10 @@ bench/httpconn.py) in cores, to show it was not the bottleneck, the consumers' p
 full they came back), and for ours which worker held each producer and consumer connection (the workers
 share one listening socket: a burst of connections lands as the first worker woken takes it; ``--spread``
 splits them evenly instead, ``--pack`` puts them all on the first worker) and, with ``--env
-QUEEN_PUSH_LANES=1``, how many pushes went through the push lanes to the tenant's owner worker. Then the ratio ours/C++ and the verdict
-against the targets set for this comparison: throughput >= 1.5x, p99 no worse, CPU per message lower, groups fair
-(spread p99 no worse than the C++ Queen's, or under 5 ms), 0 lost, 0 duplicated. The summary at the end
+QUEEN_PUSH_LANES=1``, how many pushes went through the push lanes to the tenant's owner worker. Then the
+ratio ours/C++ and the verdict against the targets set for this comparison: throughput >= 1.5x, p99 no
+worse, CPU per message lower, groups fair (spread p99 no worse than the C++ Queen's, or under 5 ms), 0
+lost, 0 duplicated. The summary at the end
 is a Markdown table (docs/guides/benchmarks-reference-shapes.md).
 
 Brokers: ours is a real ``queen serve`` (``--workers`` 2) on the embedded PostgreSQL (tuned by
