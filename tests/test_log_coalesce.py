@@ -9,7 +9,7 @@ import uuid
 
 import asyncpg
 import pytest
-from helpers import sql_pop, sql_push
+from helpers import sql_ack, sql_pop, sql_push
 
 from broker import services
 from broker.auth import Principal
@@ -409,3 +409,81 @@ async def test_gathered_pops_of_one_group_run_one_statement_at_a_time(svc: LogSe
         assert by_job(rows, 2) == [[], []]
         await sql_push(a, "co", "gw2", ["p1-2"], partition="p1")
         assert by_job(await b.fetch(Q.log_pop_many, *gathered("gw2", 1, 1)), 2) == [["p1"], []]
+
+
+async def mixed(c: asyncpg.Connection, queue: str) -> None:
+    """A queue whose partitions hold what each branch of a pop meets, claimed in the order p0 .. p7:
+    p0 plain messages; p1 one whose deadline passed; p2 a deleted one; p3 a failed delivery (the group
+    keeps per-message state); p4 a lease that ran out; p5 more messages than a batch; p6 nothing new;
+    p7 plain messages."""
+    parts = [f"p{i}" for i in range(8)]
+    await seed(c, queue, parts)
+    await sql_push(c, "co", queue, ["p0-2", "p0-3"], partition="p0")
+    await sql_push(c, "co", queue, ["p1-2", "p1-3"], partition="p1", deadlines_ms=[None, 1])
+    rows = await sql_push(c, "co", queue, ["p2-2", "p2-3"], partition="p2")
+    await c.fetch(Q.log_message_delete, "co", rows[0]["partition_id"], "p2-2", "alice", uuid.uuid4())
+    failed = await sql_pop(c, "co", queue, partition="p3", batch=1)
+    await sql_ack(c, "co", failed, status="failed")
+    await sql_push(c, "co", queue, ["p4-2"], partition="p4")
+    await sql_pop(c, "co", queue, partition="p4", batch=1)
+    await sql_push(c, "co", queue, [f"p5-{i}" for i in range(2, 16)], partition="p5")
+    await sql_pop(c, "co", queue, partition="p6", batch=10, auto_ack=True)
+    await sql_push(c, "co", queue, ["p7-2"], partition="p7")
+    await c.execute(  # the claim order again (the pops above stamped theirs), and p4's lease run out
+        "UPDATE queen_cursors cu SET claimed_at = now() - (100 - substr(p.name, 2)::integer) * interval '1 second',"
+        " lease_until = CASE WHEN cu.lease_id IS NULL THEN NULL ELSE now() - interval '1 second' END"
+        " FROM queen_partitions p WHERE p.tenant = cu.tenant AND p.id = cu.partition_id AND cu.tenant = 'co'"
+        " AND p.queue = $1", queue)
+    await asyncio.sleep(0.01)  # p1-3's deadline (1 ms) passes
+
+
+def mixed_jobs(queue: str) -> list[Pop]:
+    """Nine one-partition pops of ``queue``: autoAck batch 10 but the third (leased), the sixth (batch 4)
+    and the seventh (asks for conflation)."""
+    return [Pop(tenant="co", queue=queue, partition=None, group="__QUEUE_MODE__", batch=4 if k == 5 else 10,
+                max_partitions=1, auto_ack=k != 2, conflation=k == 6) for k in range(9)]
+
+
+def answer(rows: list[asyncpg.Record]) -> list[tuple]:
+    """What a pop's rows say, with the random lease id reduced to whether there is one."""
+    return [(r["kind"], r["partition"], r["seq"], r["txn"], r["attempt"], r["lease_id"] is not None,
+             r["deadline_at"] is not None) for r in rows if r["kind"] != "idle"] + \
+        [("idle", r["seq"] is not None) for r in rows if r["kind"] == "idle"]
+
+
+async def state(c: asyncpg.Connection, queue: str) -> list[tuple]:
+    """The group's cursors and per-message state by partition name."""
+    cursors = await c.fetch(
+        "SELECT p.name, cu.acked_seq, cu.lease_id IS NOT NULL AS leased, cu.ready FROM queen_cursors cu"
+        " JOIN queen_partitions p ON p.tenant = cu.tenant AND p.id = cu.partition_id"
+        " WHERE cu.tenant = 'co' AND p.queue = $1 ORDER BY p.name", queue)
+    states = await c.fetch(
+        "SELECT p.name, s.seq, s.acked, s.failures FROM queen_msg_state s"
+        " JOIN queen_partitions p ON p.tenant = s.tenant AND p.id = s.partition_id"
+        " WHERE s.tenant = 'co' AND p.queue = $1 ORDER BY p.name, s.seq", queue)
+    return [tuple(r) for r in cursors] + [tuple(r) for r in states]
+
+
+async def test_gathered_pops_answer_as_the_same_pops_one_at_a_time(svc: LogService) -> None:
+    """queen_pop_many serves the common case (autoAck, a clean window) as one set for all its jobs and
+    every other job through queen_pop: the answers and what they leave behind are those of the same
+    pops made one after the other, where each walks the group's cursors itself."""
+    async with svc.b.require_pool().acquire() as c:
+        await mixed(c, "gm_set")
+        await mixed(c, "gm_one")
+        async with c.transaction():
+            await c.execute("SET LOCAL track_functions = 'pl'")
+            rows = await c.fetch(Q.log_pop_many, *Pop.many_args("co", mixed_jobs("gm_set")))
+            calls = await c.fetchval(
+                "SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions WHERE funcname = 'queen_pop'")
+        together = [answer([r for r in rows if r["job"] == k + 1]) for k in range(9)]
+        # seven servable cursors: the same seven pops alone (an eighth alone would take p5's rest; the
+        # shared walk hands each cursor once, and the last two jobs wait for a wake, hinted at p2's lease)
+        alone = [answer(list(await c.fetch(Q.log_pop, *pop.args()))) for pop in mixed_jobs("gm_one")[:7]]
+        assert together[:7] == alone and together[7:] == [[("idle", True)], [("idle", True)]]
+        # p0's and p5's (four of its fifteen) went out as one set, the two idle answers with one lease hint;
+        # the other five jobs through queen_pop
+        assert [{t[1] for t in a if t[0] == "msg"} for a in together] == [
+            {"p0"}, {"p1"}, {"p2"}, {"p3"}, {"p4"}, {"p5"}, {"p7"}, set(), set()]
+        assert len(together[0]) == 3 and len(together[5]) == 4 and calls == 5
+        assert await state(c, "gm_set") == await state(c, "gm_one")

@@ -1061,6 +1061,13 @@ DECLARE
     i      integer;
     v_at   integer;
     v_pids uuid[];
+    v_fjobs  integer[];  -- the jobs served as one set (below), their cursors' partitions, names, offsets
+    v_fpids  uuid[];
+    v_fnames text[];
+    v_ffroms bigint[];
+    v_flasts bigint[];
+    v_hint   timestamptz;  -- the group's lease hint for its jobs left without a cursor (below)
+    v_hinted boolean;
 BEGIN
     -- One gathered walk of a queue's group at a time across workers and brokers (lock_keys.POP_WALK),
     -- taken before anything else and in one order, so it waits on nothing that waits on it.
@@ -1076,7 +1083,11 @@ BEGIN
         v_pids := NULL;
         IF k.shares AND cardinality(k.jobs) > 1 THEN
             -- (not while the group lacks cursors: the first job makes them, and the others walk to them)
-            SELECT qq.window_s, qq.delay_s, qq.retry_delay_ms, (qq.delay_s > 0 OR qq.retry_delay_ms > 0) AS gated
+            SELECT qq.window_s, qq.delay_s, qq.retry_delay_ms, (qq.delay_s > 0 OR qq.retry_delay_ms > 0) AS gated,
+                   qq.max_wait_s,
+                   -- the set below serves this queue's group (see there)
+                   (NOT g.conflation AND qq.delay_s = 0 AND qq.retry_delay_ms = 0 AND qq.retry_limit >= 0
+                    AND qq.partition_count <= queen_ready_min()) AS sets
             INTO q FROM queen_queues qq
             JOIN queen_groups g ON g.tenant = qq.tenant AND g.queue = qq.name AND g.consumer_group = k.grp
             WHERE qq.tenant = p_tenant AND qq.name = k.queue
@@ -1097,9 +1108,90 @@ BEGIN
                       FOR UPDATE OF cu SKIP LOCKED) w;
             END IF;
         END IF;
+        -- The common case as one set for all of them: an autoAck job (no conflation asked) handed a cursor
+        -- with no lease, no per-message state of the group past it, and a window (its batch of offsets
+        -- after the cursor) holding at least one message and none that queen_pop must treat on its own
+        -- (expired, waited out, deleted). queen_pop would hand that window out as one set, move the cursor
+        -- to its end, clear the lease fields, stamp claimed_at and wake long polls if the partition holds
+        -- more; so do the three statements below, once for every such job instead of a queen_pop call
+        -- each (its ten statements). Only where the queue gates nothing, the group does not conflate and
+        -- the queue is under queen_ready_min() partitions (no drained cursors to mark); every other job
+        -- runs queen_pop on the cursor handed to it, as before.
+        v_fjobs := NULL;
+        IF cardinality(v_pids) > 0 THEN  -- (v_pids is set only where q was read for this group)
+          IF q.sets THEN
+            SELECT array_agg(e.job ORDER BY e.ord), array_agg(e.pid ORDER BY e.ord), array_agg(e.name ORDER BY e.ord),
+                   array_agg(e.acked ORDER BY e.ord), array_agg(e.last ORDER BY e.ord)
+            INTO v_fjobs, v_fpids, v_fnames, v_ffroms, v_flasts
+            FROM (SELECT t.ord, t.job, t.pid, pp.name, cu.acked_seq AS acked, x.last
+                  FROM unnest(k.jobs[1:cardinality(v_pids)], v_pids) WITH ORDINALITY AS t (job, pid, ord)
+                  JOIN queen_cursors cu ON cu.tenant = p_tenant AND cu.partition_id = t.pid AND cu.consumer_group = k.grp
+                  CROSS JOIN LATERAL (SELECT p2.name FROM queen_partitions p2
+                                      WHERE p2.tenant = p_tenant AND p2.id = t.pid LIMIT 1) pp
+                  CROSS JOIN LATERAL (
+                      SELECT count(*) AS n, max(w.seq) AS last, coalesce(bool_or(w.special), false) AS special
+                      FROM (SELECT mm.seq, (mm.deleted_at IS NOT NULL
+                                            OR (mm.deadline_at IS NOT NULL AND mm.deadline_at <= now())
+                                            OR (q.max_wait_s > 0
+                                                AND mm.created_at <= now() - q.max_wait_s * interval '1 second')) AS special
+                            FROM queen_messages mm
+                            WHERE mm.tenant = p_tenant AND mm.partition_id = t.pid AND mm.seq > cu.acked_seq
+                            ORDER BY mm.seq
+                            LIMIT p_batches[t.job]) w) x
+                  WHERE p_auto_acks[t.job] AND NOT coalesce(p_conflations[t.job], false) AND cu.lease_id IS NULL
+                    AND NOT EXISTS (SELECT 1 FROM queen_msg_state s
+                                    WHERE s.tenant = p_tenant AND s.partition_id = t.pid AND s.consumer_group = k.grp
+                                      AND s.seq > cu.acked_seq)
+                    AND x.n > 0 AND NOT x.special) e;
+          END IF;
+        END IF;
+        IF v_fjobs IS NOT NULL THEN
+            RETURN QUERY
+                SELECT h.job, 'msg'::text, h.pid, h.name::text, mm.seq, mm.id, mm.txn, mm.trace_id, mm.payload, mm.codec,
+                       mm.key_id, mm.producer_sub, mm.created_at, 1, NULL::uuid, NULL::timestamptz, mm.deadline_at
+                FROM unnest(v_fjobs, v_fpids, v_fnames, v_ffroms, v_flasts) WITH ORDINALITY AS h (job, pid, name, acked, last, ord)
+                CROSS JOIN LATERAL (SELECT m2.* FROM queen_messages m2
+                                    WHERE m2.tenant = p_tenant AND m2.partition_id = h.pid
+                                      AND m2.seq > h.acked AND m2.seq <= h.last
+                                    ORDER BY m2.seq) mm
+                ORDER BY h.ord, mm.seq;
+            UPDATE queen_cursors cu
+            SET acked_seq = greatest(cu.acked_seq, h.last), lease_id = NULL, lease_until = NULL, lease_end_seq = NULL,
+                claimed_at = now()
+            FROM unnest(v_fpids, v_flasts) AS h (pid, last)
+            WHERE cu.tenant = p_tenant AND cu.partition_id = h.pid AND cu.consumer_group = k.grp;
+            PERFORM queen_wake(p_tenant, ARRAY[k.queue])
+            WHERE EXISTS (SELECT 1 FROM unnest(v_fpids, v_flasts) AS h (pid, last)
+                          CROSS JOIN LATERAL (SELECT p2.next_seq FROM queen_partitions p2
+                                              WHERE p2.tenant = p_tenant AND p2.id = h.pid LIMIT 1) pp
+                          WHERE pp.next_seq - 1 > h.last);
+        END IF;
         v_at := 0;
+        v_hinted := false;
         FOREACH i IN ARRAY k.jobs LOOP
             v_at := v_at + 1;  -- (past the last cursor walked to, v_pids[v_at] is NULL: none for this job)
+            CONTINUE WHEN v_fjobs IS NOT NULL AND i = ANY (v_fjobs);  -- served by the set above
+            -- A job the walk left without a cursor, where the set above may serve: queen_pop would find
+            -- nothing and answer idle with the group's lease hint (its walk's own query), the same for
+            -- every such job, as they come after the jobs holding cursors. Read once.
+            IF v_pids IS NOT NULL AND v_at > cardinality(v_pids) AND NOT coalesce(p_conflations[i], false) THEN
+              IF q.sets AND q.window_s = 0 THEN
+                IF NOT v_hinted THEN
+                    SELECT min(cu.lease_until) INTO v_hint FROM queen_cursors cu
+                    CROSS JOIN LATERAL (SELECT pp.next_seq FROM queen_partitions pp
+                                        WHERE pp.tenant = p_tenant AND pp.id = cu.partition_id
+                                        LIMIT 1) p
+                    WHERE cu.tenant = p_tenant AND cu.queue = k.queue AND cu.consumer_group = k.grp AND cu.ready
+                      AND cu.lease_until > now() AND p.next_seq - 1 > cu.acked_seq;
+                    v_hinted := true;
+                END IF;
+                RETURN QUERY SELECT i, 'idle'::text, NULL::uuid, NULL::text,
+                    ceil(extract(epoch FROM v_hint - now()) * 1000)::bigint, NULL::uuid, NULL::text, NULL::uuid,
+                    NULL::bytea, NULL::smallint, NULL::text, NULL::text, NULL::timestamptz, NULL::integer, NULL::uuid,
+                    v_hint, NULL::timestamptz;
+                CONTINUE;
+              END IF;
+            END IF;
             RETURN QUERY
                 SELECT i, p.kind, p.partition_id, p.partition, p.seq, p.id, p.txn, p.trace_id, p.payload, p.codec,
                        p.key_id, p.producer_sub, p.created_at, p.attempt, p.lease_id, p.lease_until, p.deadline_at
