@@ -487,3 +487,29 @@ async def test_gathered_pops_answer_as_the_same_pops_one_at_a_time(svc: LogServi
             {"p0"}, {"p1"}, {"p2"}, {"p3"}, {"p4"}, {"p5"}, {"p7"}, set(), set()]
         assert len(together[0]) == 3 and len(together[5]) == 4 and calls == 5
         assert await state(c, "gm_set") == await state(c, "gm_one")
+
+
+async def test_a_lone_one_partition_pop_takes_its_groups_turn(svc: LogService) -> None:
+    """A pop with nothing gathered beside it that claims one partition of no named partition goes through
+    queen_pop_many too (its set, its turn); a pop of a named partition still goes alone, without one."""
+    pool = svc.b.require_pool()
+    async with pool.acquire() as a, pool.acquire() as c:
+        await seed(a, "gl1", ["p0", "p1", "p2"])
+        async with a.transaction():
+            assert by_job(await a.fetch(Q.log_pop_many, *gathered("gl1", 1)), 1) == [["p0"]]
+            lone = asyncio.ensure_future(svc._pop_group("co", [Pop(
+                tenant="co", queue="gl1", partition=None, group="__QUEUE_MODE__", batch=10, max_partitions=1,
+                auto_ack=True)]))
+            for _ in range(200):
+                waiting = await c.fetchval("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                                           "AND NOT granted AND classid = $1", lock_keys.POP_WALK)
+                if waiting:
+                    break
+                await asyncio.sleep(0.01)
+            assert waiting == 1 and not lone.done()
+            named = await asyncio.wait_for(svc._pop_group("co", [Pop(
+                tenant="co", queue="gl1", partition="p2", group="__QUEUE_MODE__", batch=10, max_partitions=1,
+                auto_ack=True)]), 5)
+            assert [r["txn"] for r in named[0] if r["kind"] == "msg"] == ["p2-1"]
+        rows = await asyncio.wait_for(lone, 10)
+        assert [r["txn"] for r in rows[0] if r["kind"] == "msg"] == ["p1-1"]

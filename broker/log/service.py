@@ -507,9 +507,11 @@ class LogService:
         wrote (a volatile function's fresh snapshot), so a partition one job claimed or consumed is not
         servable to the next: each job gets only its own partitions and its own lease, as if the pops had
         run one after the other. Jobs of one queue and group that claim one partition each share one walk
-        of the group's cursors (``queen_pop_many``). A failure that may be one job's (anything but the
-        database being unreachable) retries every job alone."""
-        if len(jobs) == 1:
+        of the group's cursors (``queen_pop_many``), and the autoAck ones among them with an ordinary window
+        are served as one set; such a pop alone goes the same way, to that set and to the group's turn
+        across workers. A failure that may be one job's (anything but the database being unreachable)
+        retries every job alone."""
+        if len(jobs) == 1 and (jobs[0].partition is not None or jobs[0].max_partitions > 1):
             return [await self._pop_alone(jobs[0])]
         try:
             async with self.b.require_pool().acquire() as conn:

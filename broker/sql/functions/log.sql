@@ -1027,10 +1027,10 @@ $$;
 -- Several pops in one call (the pop coalescer, broker/log/service.py _pop_group): queen_pop once per
 -- job, each call seeing what the earlier ones claimed (its statements take fresh snapshots); rows carry
 -- the job's 1-based position. Jobs of one queue and group that claim one partition each (no named
--- partition, max_partitions 1: the reference clients' pop) go one after the other, in job order, and
--- when there are two or more of them the group's cursors are walked here ONCE for all of them: the least
--- recently claimed servable ones, one a job, locked as each job's own walk would, and handed out in that
--- order, each job reading only its own. Each job walking alone passed over the same empty cursors and
+-- partition, max_partitions 1: the reference clients' pop; such a pop alone comes here too, as one job)
+-- go one after the other, in job order, and the group's cursors are walked here ONCE for all of them: the
+-- least recently claimed servable ones, one a job, locked as each job's own walk would, and handed out in
+-- that order, each job reading only its own. Each job walking alone passed over the same empty cursors and
 -- the cursors other transactions hold as the one before it (with consumers keeping up, about 40 of 101
 -- at a time, 0.25-0.4 ms a walk, 11-18 walks a call under the batch_1 shape). A job left without one
 -- finds nothing to serve, as its own walk would have at this instant: a message pushed since is not
@@ -1042,8 +1042,8 @@ $$;
 -- handed fewer of them to its jobs, and PostgreSQL spent 402-424 us a message
 -- against 243-276 with the consumers on one worker (batch_1 shape, 30 s rows, ours alone, embedded
 -- PostgreSQL 16: 2,201-2,265 msg/s split, 2,892-2,973 split and serialised, 2,819-3,110 on one
--- worker). A pop of a named partition reads its one cursor and takes no such lock; a pop alone
--- (log_pop, nothing gathered beside it) neither.
+-- worker). A pop of a named partition reads its one cursor and takes no such lock; a pop of several
+-- partitions with nothing gathered beside it goes alone (log_pop) and neither.
 CREATE OR REPLACE FUNCTION queen_pop_many(
     p_tenant text, p_queues text[], p_parts text[], p_groups text[], p_batches integer[], p_max_parts integer[],
     p_auto_acks boolean[], p_sub_modes text[], p_sub_froms timestamptz[], p_conflations boolean[]
@@ -1081,7 +1081,7 @@ BEGIN
         ORDER BY min(j.i)
     LOOP
         v_pids := NULL;
-        IF k.shares AND cardinality(k.jobs) > 1 THEN
+        IF k.shares THEN
             -- (not while the group lacks cursors: the first job makes them, and the others walk to them)
             SELECT qq.window_s, qq.delay_s, qq.retry_delay_ms, (qq.delay_s > 0 OR qq.retry_delay_ms > 0) AS gated,
                    qq.max_wait_s,
