@@ -1115,7 +1115,7 @@ BEGIN
         -- to its end, clear the lease fields, stamp claimed_at and wake long polls if the partition holds
         -- more; so do the three statements below, once for every such job instead of a queen_pop call
         -- each (its ten statements). Only where the queue gates nothing, the group does not conflate and
-        -- the queue is under queen_ready_min() partitions (no drained cursors to mark); every other job
+        -- the queue has at most queen_ready_min() partitions (no drained cursors to mark); every other job
         -- runs queen_pop on the cursor handed to it, as before.
         v_fjobs := NULL;
         IF cardinality(v_pids) > 0 THEN  -- (v_pids is set only where q was read for this group)
