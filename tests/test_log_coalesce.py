@@ -501,8 +501,10 @@ async def test_a_lone_one_partition_pop_takes_its_groups_turn(svc: LogService) -
                 tenant="co", queue="gl1", partition=None, group="__QUEUE_MODE__", batch=10, max_partitions=1,
                 auto_ack=True)]))
             for _ in range(200):
-                waiting = await c.fetchval("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
-                                           "AND NOT granted AND classid = $1", lock_keys.POP_WALK)
+                waiting = await c.fetchval(  # this test's database only (other tests run beside it)
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND classid = $1"
+                    " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+                    lock_keys.POP_WALK)
                 if waiting:
                     break
                 await asyncio.sleep(0.01)
