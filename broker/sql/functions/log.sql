@@ -1084,7 +1084,7 @@ BEGIN
         IF k.shares THEN
             -- (not while the group lacks cursors: the first job makes them, and the others walk to them)
             SELECT qq.window_s, qq.delay_s, qq.retry_delay_ms, (qq.delay_s > 0 OR qq.retry_delay_ms > 0) AS gated,
-                   qq.max_wait_s,
+                   qq.max_wait_s, qq.retry_limit,
                    -- the set below serves this queue's group (see there)
                    (NOT g.conflation AND qq.delay_s = 0 AND qq.retry_delay_ms = 0 AND qq.retry_limit >= 0
                     AND qq.partition_count <= queen_ready_min()) AS sets
@@ -1128,16 +1128,10 @@ BEGIN
                   JOIN queen_cursors cu ON cu.tenant = p_tenant AND cu.partition_id = t.pid AND cu.consumer_group = k.grp
                   CROSS JOIN LATERAL (SELECT p2.name FROM queen_partitions p2
                                       WHERE p2.tenant = p_tenant AND p2.id = t.pid LIMIT 1) pp
-                  CROSS JOIN LATERAL (
+                  CROSS JOIN LATERAL (  -- the window as queen_pop reads it (no state, nothing gated)
                       SELECT count(*) AS n, max(w.seq) AS last, coalesce(bool_or(w.special), false) AS special
-                      FROM (SELECT mm.seq, (mm.deleted_at IS NOT NULL
-                                            OR (mm.deadline_at IS NOT NULL AND mm.deadline_at <= now())
-                                            OR (q.max_wait_s > 0
-                                                AND mm.created_at <= now() - q.max_wait_s * interval '1 second')) AS special
-                            FROM queen_messages mm
-                            WHERE mm.tenant = p_tenant AND mm.partition_id = t.pid AND mm.seq > cu.acked_seq
-                            ORDER BY mm.seq
-                            LIMIT p_batches[t.job]) w) x
+                      FROM queen_pop_window(p_tenant, t.pid, k.grp, cu.acked_seq, p_batches[t.job], false,
+                                            q.retry_limit, q.max_wait_s, false, 0, 0) w) x
                   WHERE p_auto_acks[t.job] AND NOT coalesce(p_conflations[t.job], false) AND cu.lease_id IS NULL
                     AND NOT EXISTS (SELECT 1 FROM queen_msg_state s
                                     WHERE s.tenant = p_tenant AND s.partition_id = t.pid AND s.consumer_group = k.grp
@@ -1147,14 +1141,13 @@ BEGIN
         END IF;
         IF v_fjobs IS NOT NULL THEN
             RETURN QUERY
-                SELECT h.job, 'msg'::text, h.pid, h.name::text, mm.seq, mm.id, mm.txn, mm.trace_id, mm.payload, mm.codec,
-                       mm.key_id, mm.producer_sub, mm.created_at, 1, NULL::uuid, NULL::timestamptz, mm.deadline_at
+                SELECT h.job, 'msg'::text, h.pid, h.name::text, w.seq, w.id, w.txn, w.trace_id, w.payload, w.codec,
+                       w.key_id, w.producer_sub, w.created_at, w.failures + 1, NULL::uuid, NULL::timestamptz, w.deadline_at
                 FROM unnest(v_fjobs, v_fpids, v_fnames, v_ffroms, v_flasts) WITH ORDINALITY AS h (job, pid, name, acked, last, ord)
-                CROSS JOIN LATERAL (SELECT m2.* FROM queen_messages m2
-                                    WHERE m2.tenant = p_tenant AND m2.partition_id = h.pid
-                                      AND m2.seq > h.acked AND m2.seq <= h.last
-                                    ORDER BY m2.seq) mm
-                ORDER BY h.ord, mm.seq;
+                CROSS JOIN LATERAL queen_pop_window(p_tenant, h.pid, k.grp, h.acked, p_batches[h.job], false,
+                                                    q.retry_limit, q.max_wait_s, false, 0, 0) w
+                WHERE w.seq <= h.last
+                ORDER BY h.ord, w.seq;
             UPDATE queen_cursors cu
             SET acked_seq = greatest(cu.acked_seq, h.last), lease_id = NULL, lease_until = NULL, lease_end_seq = NULL,
                 claimed_at = now()
