@@ -1,6 +1,6 @@
 """The reference broker's own benchmark axes, side by side: our broker and the C++ Queen in one run.
 
-    queen bench shapes [--quick] [--seconds S] [--long-seconds S] [--cpp-bin PATH] [--only ROW ...]
+    queen bench shapes [--quick] [--seconds S] [--long-seconds S] [--cpp-bin PATH] [--only ROW ...] [--repeat N]
     .venv/bin/python bench/bench_shapes.py ...           (the same)
 
 The C++ Queen publishes a benchmark suite whose axes users compare brokers on. Every axis,
@@ -52,7 +52,10 @@ QUEEN_PUSH_LANES=1``, how many pushes went through the push lanes to the tenant'
 ratio ours/C++ and the verdict against the targets set for this comparison: throughput >= 1.5x, p99 no
 worse, CPU per message lower, groups fair (spread p99 no worse than the C++ Queen's, or under 5 ms), 0
 lost, 0 duplicated. The summary at the end
-is a Markdown table (docs/guides/benchmarks-reference-shapes.md).
+is a Markdown table (docs/guides/benchmarks-reference-shapes.md). ``--repeat N`` runs the whole list N
+times (round after round, who goes first alternating) and judges and tables each row's median run: ranked
+by the ratio the row is judged on, of an even N the lower middle one (a median of two runs is the worse
+one, not an average no run produced); a loss or duplicate in any run fails the row.
 
 Brokers: ours is a real ``queen serve`` (``--workers`` 2) on the embedded PostgreSQL (tuned by
 broker/store/embedded.py) or QUEEN_BENCH_DATABASE_URL (a server DSN, superuser: it runs CHECKPOINT);
@@ -726,7 +729,8 @@ class Target:
     name: str
     url: str
     meter: Meter
-    rows: dict[str, Row] = field(default_factory=dict)
+    rows: dict[str, Row] = field(default_factory=dict)  # per row: the run the table shows (the median, --repeat)
+    runs: dict[str, list[Row]] = field(default_factory=dict)  # per row: every run, in order
 
 
 async def _checkpoint(server: str) -> None:
@@ -864,13 +868,15 @@ def describe(r: Row) -> str:
     return s
 
 
-def verdict(o: Row, c: Row | None, base_rate: float | None) -> str:
-    """The comparison's targets for one row; without the C++ Queen only what ours alone can show."""
+def verdict(o: Row, c: Row | None, base_rate: float | None, others: list[str] | None = None) -> str:
+    """The comparison's targets for one row; without the C++ Queen only what ours alone can show.
+    ``others``: losses or duplicates of the row's other runs (--repeat), each a miss too."""
     miss: list[str] = []
     if o.crash:
         return "FAILED"
     if o.lost or o.dup or o.phantom:
         miss.append(f"lost {o.lost_text} dup {o.dup}")
+    miss.extend(others or [])
     if o.shape.ack and not o.ack_p50 < ACK_P50_MS:
         miss.append(f"ack p50 {o.ack_p50:.2f} >= {ACK_P50_MS} ms")
     if c is not None and not c.crash:
@@ -928,6 +934,10 @@ def table(targets: list[Target], shapes: list[Shape]) -> list[str]:
         elif s.long:
             extra = f"p99 1st/last third e2e {f1(o.e2e_thirds[0])}/{f1(o.e2e_thirds[1])}" + (
                 f" / {f1(c.e2e_thirds[0])}/{f1(c.e2e_thirds[1])}" if c else "")
+        runs = ours.runs.get(s.name, [])
+        if len(runs) > 1:
+            keys = [run_key(s, a, b) for a, b in zip(runs, cpp.runs[s.name] if cpp else [None] * len(runs), strict=True)]
+            extra = (extra + "; " if extra else "") + runs_text(s, keys, runs.index(o), c is not None)
         lost = f"{o.lost_text}/{o.dup}" + (f" / {c.lost_text}/{c.dup}" if c else "")
         gen = f"{o.gen_cores:.2f}" + (f" / {c.gen_cores:.2f}" if c else "")
         cpu = pair(lambda r: r.cpu_total, f0, o, c)
@@ -999,38 +1009,92 @@ def postmaster_pid(server: str) -> int | None:
         return None
 
 
+def run_key(shape: Shape, o: Row, c: Row | None) -> float:
+    """What ranks the repeats of a row: the ratio ours/C++ the row is judged on (the ack's p50, C++ over
+    ours, for ack_single; push msg/s otherwise), or ours alone without the C++ Queen. A crashed run
+    ranks lowest."""
+    if o.crash or (c is not None and c.crash):
+        return float("-inf")
+    if shape.ack:
+        return ratio(c.ack_p50, o.ack_p50) if c is not None else -o.ack_p50
+    return ratio(o.push_rate, c.push_rate) if c is not None else o.push_rate
+
+
+def runs_text(shape: Shape, keys: list[float], pick: int, both: bool) -> str:
+    """The repeats of a row as printed and tabled: each run's ranking figure and which one is shown."""
+    what = "ack p50 C++/ours" if shape.ack and both else "push ours/C++" if both else \
+        "ours ack p50 ms" if shape.ack else "ours push msg/s"
+    shown = ["failed" if x == float("-inf") else f"{x:.2f}x" if both else f"{-x:.2f}" if shape.ack else f"{x:,.0f}"
+             for x in keys]
+    return f"{len(keys)} runs, {what}: {', '.join(shown)}; the table shows run {pick + 1}"
+
+
+def median_run(keys: list[float]) -> int:
+    """Index of the median of ``keys``; of an even count, the lower of the two middle ones (a median of
+    two runs is the worse one, never an average no run produced)."""
+    order = sorted(range(len(keys)), key=lambda k: keys[k])
+    return order[(len(keys) - 1) // 2]
+
+
 def run_all(args: argparse.Namespace, server: str, targets: list[Target], shapes: list[Shape], head: str) -> int:
     print(head, flush=True)
     if len(targets) == 1:
         print("C++ Queen: not given (--cpp-bin / QUEEN_BENCH_CPP_BIN): ours only, no ratios", flush=True)
     run_id = os.urandom(3).hex()
     failed = 0
-    for i, shape in enumerate(shapes):
-        order = targets if i % 2 == 0 else targets[::-1]
-        for t in order:
-            t.rows[shape.name] = row = run_phase(t, shape, args, server, run_id)
-            failed += bool(row.crash)
-            print(f"  {shape.name:11s} {t.name:4s} {describe(row)}", flush=True)
-        o = targets[0].rows[shape.name]
-        c = targets[1].rows[shape.name] if len(targets) > 1 else None
-        base = targets[0].rows.get("groups_1")
-        v = verdict(o, c, base.push_rate if base and shape.groups > 1 else None)
-        o.verdict = v
-        if c is not None and not (o.crash or c.crash):
-            if shape.groups > 1 and "groups_1" in targets[1].rows:
-                c.notes.append(f"producer loss vs groups_1 {1 - c.push_rate / targets[1].rows['groups_1'].push_rate:.0%}")
-            rat = (f"ack p50 {o.ack_p50:.2f} vs {c.ack_p50:.2f} ms" if shape.ack else
-                   f"push {ratio(o.push_rate, c.push_rate):.2f}x pop {ratio(o.pop_rate, c.pop_rate):.2f}x")
-            print(f"  {shape.name:11s} ours/cpp {rat}, cpu/msg {ratio(o.cpu_total, c.cpu_total):.2f}x"
-                  f"{' ' + '; '.join(n for n in c.notes if n.startswith('producer')) if shape.groups > 1 else ''}",
-                  flush=True)
-        loss = [n for n in o.notes if n.startswith("producer")]
-        print(f"  {shape.name:11s} verdict: {v}{' (ours: ' + loss[0] + ')' if loss else ''}", flush=True)
+    reps = args.repeat
+    for rep in range(reps):
+        if reps > 1:
+            print(f"-- run {rep + 1} of {reps}", flush=True)
+        for i, shape in enumerate(shapes):
+            order = targets if (i + rep) % 2 == 0 else targets[::-1]
+            for t in order:
+                row = run_phase(t, shape, args, server, run_id)
+                t.runs.setdefault(shape.name, []).append(row)
+                failed += bool(row.crash)
+                print(f"  {shape.name:11s} {t.name:4s} {describe(row)}", flush=True)
+            if reps == 1:
+                report(targets, shape, 0)
+    if reps > 1:
+        print(f"-- each row: the median of {reps} runs (ranked by the ratio it is judged on; of an even "
+              "count the lower middle one)", flush=True)
+        for shape in shapes:
+            report(targets, shape, None)
     print("", flush=True)
     print(f"<!-- {head} -->", flush=True)
     for ln in table(targets, shapes):
         print(ln, flush=True)
     return 1 if failed else 0
+
+
+def report(targets: list[Target], shape: Shape, k: int | None) -> None:
+    """Choose the run of ``shape`` the table shows (run ``k``, or the median of the repeats when None),
+    judge it and print the ratio and the verdict. Lost or duplicated messages in ANY run fail the row."""
+    ours_runs = targets[0].runs[shape.name]
+    cpp_runs = targets[1].runs[shape.name] if len(targets) > 1 else [None] * len(ours_runs)
+    keys = [run_key(shape, o, c) for o, c in zip(ours_runs, cpp_runs, strict=True)]
+    pick = k if k is not None else median_run(keys)
+    o, c = ours_runs[pick], cpp_runs[pick]
+    targets[0].rows[shape.name] = o
+    if c is not None:
+        targets[1].rows[shape.name] = c
+    base = targets[0].rows.get("groups_1")
+    others = [f"run {n + 1} lost {r.lost_text} dup {r.dup}" for n, r in enumerate(ours_runs)
+              if n != pick and (r.lost or r.dup or r.phantom)]
+    v = verdict(o, c, base.push_rate if base and shape.groups > 1 else None, others)
+    o.verdict = v
+    if len(ours_runs) > 1:
+        print(f"  {shape.name:11s} {runs_text(shape, keys, pick, c is not None)}", flush=True)
+    if c is not None and not (o.crash or c.crash):
+        if shape.groups > 1 and "groups_1" in targets[1].rows:
+            c.notes.append(f"producer loss vs groups_1 {1 - c.push_rate / targets[1].rows['groups_1'].push_rate:.0%}")
+        rat = (f"ack p50 {o.ack_p50:.2f} vs {c.ack_p50:.2f} ms" if shape.ack else
+               f"push {ratio(o.push_rate, c.push_rate):.2f}x pop {ratio(o.pop_rate, c.pop_rate):.2f}x")
+        print(f"  {shape.name:11s} ours/cpp {rat}, cpu/msg {ratio(o.cpu_total, c.cpu_total):.2f}x"
+              f"{' ' + '; '.join(n for n in c.notes if n.startswith('producer')) if shape.groups > 1 else ''}",
+              flush=True)
+    loss = [n for n in o.notes if n.startswith("producer")]
+    print(f"  {shape.name:11s} verdict: {v}{' (ours: ' + loss[0] + ')' if loss else ''}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1061,6 +1125,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="reopen each generator connection until it sits on the first worker of our broker: every "
                          "producer and consumer on one worker, to set against --spread")
     ap.add_argument("--only", nargs="+", choices=list(BY_NAME), metavar="ROW", help=f"rows to run: {', '.join(BY_NAME)}")
+    ap.add_argument("--repeat", type=int, default=1, metavar="N",
+                    help="run every row N times (the rows in turn, N rounds; who goes first alternates) and show "
+                         "each row's median run: ranked by the ratio it is judged on (ours alone: by ours), of an "
+                         "even N the lower middle one; a loss or duplicate in any run fails the row (default 1)")
     ap.add_argument("--workers", type=int, default=2, help="workers of each broker (default 2)")
     ap.add_argument("--our-workers", type=int,
                     help="workers of our broker alone (default: --workers); one against two on two cores shared with "
@@ -1074,6 +1142,7 @@ def main(argv: list[str] | None = None) -> int:
     args.long_seconds = args.long_seconds or (6.0 if args.quick else 600.0)
     args.drain = args.drain or (5.0 if args.quick else 30.0)
     if args.seconds <= 0 or args.long_seconds <= 0 or args.drain <= 0 or args.our_workers < 1 or args.workers < 1 \
+            or args.repeat < 1 \
             or any(n is not None and n < 1 for n in (args.producers, args.consumers, args.group_consumers)):
         ap.error("durations and connection counts must be positive")
     if args.spread and args.pack:

@@ -15,7 +15,20 @@ from pathlib import Path
 import pytest
 from conftest import uniq
 
-from bench.bench_shapes import BY_NAME, SHAPES, Meter, Row, _sweep, check_ids, connections, spread_p99
+from bench.bench_shapes import (
+    BY_NAME,
+    SHAPES,
+    Meter,
+    Row,
+    Target,
+    _sweep,
+    check_ids,
+    connections,
+    median_run,
+    report,
+    spread_p99,
+    table,
+)
 from bench.httpconn import host_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -118,3 +131,35 @@ def test_rows_run_the_reference_suites_connection_counts_unless_told_otherwise()
     few = argparse.Namespace(producers=None, consumers=3, group_consumers=None)
     assert connections(BY_NAME["queues_10"], few) == (50, 10)  # at least one consumer on each queue
     assert connections(BY_NAME["groups_5"], few) == (50, 50)
+
+
+def _runs(target: Target, shape_name: str, rates: list[float]) -> None:
+    """Runs of a row with these push rates; every other figure ours' better (lower) than the C++ Queen's."""
+    cost = 1.0 if target.name == "ours" else 2.0
+    target.runs[shape_name] = [Row(shape=BY_NAME[shape_name], broker=target.name, push_rate=r, pop_rate=r, push_p99=cost,
+                                   e2e_p99=cost, cpu_broker=cost, cpu_pg=cost) for r in rates]
+
+
+def test_repeated_rows_show_their_median_run_the_lower_middle_of_an_even_count() -> None:
+    assert median_run([3.0, 1.0, 2.0]) == 2
+    assert median_run([2.0, 1.0]) == 1  # of two, the worse: never an average no run produced
+    assert median_run([5.0]) == 0
+    ours, cpp = Target("ours", "", Meter(None, "", None)), Target("cpp", "", Meter(None, "", None))
+    _runs(ours, "batch_1", [3000.0, 2000.0, 2400.0])
+    _runs(cpp, "batch_1", [1500.0, 1000.0, 2000.0])  # ratios 2.0, 2.0, 1.2: the median is a 2.0 run
+    report([ours, cpp], BY_NAME["batch_1"], None)
+    picked = ours.rows["batch_1"]
+    assert picked.push_rate / cpp.rows["batch_1"].push_rate == 2.0
+    assert cpp.rows["batch_1"] is cpp.runs["batch_1"][ours.runs["batch_1"].index(picked)]  # the same run's pair
+    line = table([ours, cpp], [BY_NAME["batch_1"]])[2]
+    assert "3 runs, push ours/C++: 2.00x, 2.00x, 1.20x" in line and line.endswith("| MEETS targets |"), line
+
+
+def test_a_loss_in_any_repeat_fails_the_row_even_when_the_median_run_lost_nothing() -> None:
+    ours, cpp = Target("ours", "", Meter(None, "", None)), Target("cpp", "", Meter(None, "", None))
+    _runs(ours, "batch_10", [3000.0, 3000.0, 3000.0])
+    ours.runs["batch_10"][0].lost = 2  # the first run (not the median) lost two confirmed messages
+    _runs(cpp, "batch_10", [1000.0, 1500.0, 1200.0])
+    report([ours, cpp], BY_NAME["batch_10"], None)
+    assert ours.rows["batch_10"] is ours.runs["batch_10"][2]
+    assert ours.rows["batch_10"].verdict == "MISSES: run 1 lost 2 dup 0", ours.rows["batch_10"].verdict
