@@ -937,7 +937,8 @@ def table(targets: list[Target], shapes: list[Shape]) -> list[str]:
         runs = ours.runs.get(s.name, [])
         if len(runs) > 1:
             keys = [run_key(s, a, b) for a, b in zip(runs, cpp.runs[s.name] if cpp else [None] * len(runs), strict=True)]
-            extra = (extra + "; " if extra else "") + runs_text(s, keys, runs.index(o), c is not None)
+            shown = next(k for k, r in enumerate(runs) if r is o)  # by identity: two runs may read alike
+            extra = (extra + "; " if extra else "") + runs_text(s, keys, shown, c is not None)
         lost = f"{o.lost_text}/{o.dup}" + (f" / {c.lost_text}/{c.dup}" if c else "")
         gen = f"{o.gen_cores:.2f}" + (f" / {c.gen_cores:.2f}" if c else "")
         cpu = pair(lambda r: r.cpu_total, f0, o, c)
