@@ -33,3 +33,20 @@ def test_a_batch_of_text_ids_is_what_one_by_one_minting_gives():
     assert [before, *parsed, after] == sorted([before, *parsed, after], key=lambda u: u.int)
     assert len(set(batch)) == len(batch)
     assert {u.version for u in parsed} == {7} and {u.variant for u in parsed} == {uuid.RFC_4122}
+
+
+def test_a_batch_past_the_sequence_limit_borrows_the_next_millisecond_and_keeps_mint_order(monkeypatch):
+    """uuid7_many(n) mints what n calls of uuid7() would: across the end of one millisecond's sequence
+    it borrows the next millisecond, and uuid7() after it continues from where the batch stopped."""
+    monkeypatch.setattr(ids.time, "time_ns", lambda: 1_700_000_000_123_456_789)
+    monkeypatch.setattr(ids, "_last_ms", 1_700_000_000_123)
+    monkeypatch.setattr(ids, "_seq", ids._SEQ_MAX - 2)
+    batch = ids.uuid7_many(5)
+    after = ids.uuid7()
+    assert [(u.int >> 80, (u.int >> 64) & 0xFFF) for u in [*batch, after]] == [
+        (1_700_000_000_123, ids._SEQ_MAX - 1), (1_700_000_000_123, ids._SEQ_MAX),
+        (1_700_000_000_124, 0), (1_700_000_000_124, 1), (1_700_000_000_124, 2), (1_700_000_000_124, 3),
+    ]
+    assert all(isinstance(u, uuid.UUID) and u.version == 7 and u.variant == uuid.RFC_4122 for u in batch)
+    assert len({u.int & ((1 << 62) - 1) for u in batch}) == 5  # the random tails differ
+    assert ids.uuid7_many(0) == []

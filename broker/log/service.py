@@ -21,7 +21,7 @@ from broker.auth import Principal
 from broker.codec import CODEC_RAW
 from broker.crypto import NoEncryptionKey
 from broker.errors import Unavailable
-from broker.ids import uuid7
+from broker.ids import uuid7_many
 from broker.log import QUEUE_MODE, render
 from broker.log.calls import Ack, Pop, Push
 from broker.log.coalesce import Coalescer
@@ -73,8 +73,10 @@ class PopRequest:
 
 
 def _ids(items: list[PushItem]) -> list[uuid.UUID]:
-    """Message ids: the client's (a binary push with frames mints them) or fresh ones."""
-    return [it.message_id or uuid7() for it in items]
+    """Message ids: the client's (a binary push with frames mints them) or fresh ones, minted together
+    in item order."""
+    fresh = iter(uuid7_many(sum(1 for it in items if it.message_id is None)))
+    return [it.message_id or next(fresh) for it in items]
 
 
 class LogService:
