@@ -69,6 +69,35 @@ def test_server_owned_fields_are_refused(http, field, api):
     assert http.get(f"/api/v1/pop/queue/{q}?wait=false").status_code == 204
 
 
+@pytest.mark.parametrize(("item", "path"), [
+    ({"queue": "", "payload": 1}, "items[2].queue"),
+    ({"queue": "q", "partition": 7, "payload": 1}, "items[2].partition"),
+    ({"queue": "q"}, "items[2].payload"),
+    ({"queue": "q", "payload": 1, "transactionId": ""}, "items[2].transactionId"),
+    ({"queue": "q", "payload": 1, "traceId": "nope"}, "items[2].traceId"),
+    ({"queue": "q", "payload": 1, "deadlineMs": 0}, "items[2].deadlineMs"),
+    ({"queue": "q", "payload": 1, "colour": "red"}, "items[2].colour"),
+    ("an item", "items[2]"),
+])
+def test_a_refused_item_is_named_by_its_path(http, item, path):
+    ok = {"queue": "q", "payload": 1}
+    r = http.post("/api/v1/push", json={"items": [ok, ok, item]})
+    detail = r.json()["detail"]
+    assert r.status_code == 400 and detail.startswith(path) and detail[len(path)] in " =", r.text
+
+
+def test_optional_fields_are_kept_with_or_without_a_partition(http, api):
+    """Items with only a queue and a payload take a shorter path through validation; an item that names
+    no partition but sets a transaction id or a deadline must not be taken for one of them."""
+    q = uniq("opt")
+    api.push_items([{"queue": q, "payload": 1}, {"queue": q, "payload": 2, "transactionId": "t2"},
+                    {"queue": q, "payload": 3, "deadlineMs": 600_000}])
+    msgs = http.get(f"/api/v1/pop/queue/{q}?batch=10&wait=false").json()["messages"]
+    assert [m["data"] for m in msgs] == [1, 2, 3]
+    assert msgs[0]["deadlineAt"] is None and msgs[1]["transactionId"] == "t2" and msgs[1]["deadlineAt"] is None
+    assert msgs[2]["deadlineAt"] is not None and msgs[2]["transactionId"] != "t2"
+
+
 @pytest.mark.parametrize(
     "body",
     [
