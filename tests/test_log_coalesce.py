@@ -18,7 +18,7 @@ from broker.context import Broker
 from broker.log.calls import Pop
 from broker.log.coalesce import Coalescer
 from broker.log.parse import AckItem, PushItem
-from broker.log.service import LogService
+from broker.log.service import COALESCE_PUSH_ITEMS, LogService
 from broker.store import lock_keys
 from broker.store.pool import create_pool
 from broker.store.queries import Q
@@ -216,6 +216,26 @@ async def test_concurrent_pushes_through_the_coalescer_are_answered_and_committe
     async with svc.b.require_pool().acquire() as c:
         ids = dict(await c.fetch("SELECT txn, id::text FROM queen_messages WHERE tenant = 'co'"))
     assert all(ids[r[0]["transaction_id"]] == r[0]["message_id"] for r in res)
+
+
+async def test_hundred_item_pushes_share_calls_and_bigger_ones_go_alone(svc: LogService) -> None:
+    """Pushes of up to COALESCE_PUSH_ITEMS items gather (up to COALESCE_CALL_ITEMS a call): concurrent
+    pushes of a tenant that lock most of the same partitions share a commit instead of queueing on each
+    other's rows one statement at a time. A bigger push is its own statement."""
+    n = COALESCE_PUSH_ITEMS
+    before = svc.push_coalescer.calls, svc.push_coalescer.jobs
+    res = await asyncio.gather(*[svc.push(P, [item("hq", f"p{(r * n + i) % 11}", f"r{r}-{i}") for i in range(n)])
+                                 for r in range(12)])
+    calls, jobs = svc.push_coalescer.calls - before[0], svc.push_coalescer.jobs - before[1]
+    assert jobs == 12 and calls < 12  # every request through the coalescer, some of them together
+    assert all(len(r) == n and {x["status"] for x in r} == {"queued"} for r in res)
+    rows = await stored(svc, "hq")
+    assert sorted(t for _, t, _, _ in rows) == sorted(f"r{r}-{i}" for r in range(12) for i in range(n))
+    for part in {p for p, _, _, _ in rows}:  # gapless offsets per partition
+        assert [s for p, _, s, _ in rows if p == part] == list(range(1, 1 + sum(1 for q, *_ in rows if q == part)))
+    before = svc.push_coalescer.calls, svc.push_coalescer.jobs
+    big = await svc.push(P, [item("hq", f"p{i % 11}", f"big-{i}") for i in range(n + 1)])
+    assert len(big) == n + 1 and (svc.push_coalescer.calls, svc.push_coalescer.jobs) == before
 
 
 async def test_a_database_failure_answers_every_waiter_and_commits_nothing(svc: LogService, monkeypatch) -> None:

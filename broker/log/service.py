@@ -43,14 +43,20 @@ ENCRYPTION_RACE = "QN001"
 QUEUE_FULL = "QN002"  # queen_push_guard: a destination queue's maxSize would be exceeded (nothing written)
 FLAG_TTL_S = 10.0
 LISTEN_SLACK_S = 10.0
-# Group commit (broker/log/coalesce.py): requests of at most COALESCE_REQUEST_ITEMS items share a call;
-# bigger ones already amortise their statement and go alone. At most COALESCE_INFLIGHT calls of a kind
-# run at once per worker, each of at most COALESCE_CALL_ITEMS items. A tenant's pushes run one call at
-# a time per worker (other tenants take the second slot): a push call holds its partitions' row locks
+# Group commit (broker/log/coalesce.py): pushes of at most COALESCE_PUSH_ITEMS items and acks of at
+# most COALESCE_REQUEST_ITEMS share a call; bigger ones go alone. At most COALESCE_INFLIGHT calls of a
+# kind run at once per worker, each of at most COALESCE_CALL_ITEMS items. A tenant's pushes run one call
+# at a time per worker (other tenants take the second slot): a push call holds its partitions' row locks
 # until its commit, so a second call of the same tenant mostly queued behind the first on those rows
 # while splitting the waiting requests into smaller calls, costlier per message. One call per tenant
 # measured +29 % push msg/s at 2 partitions and no loss elsewhere (docs/performance.md, "Push").
+# A 100-item push amortises its statement, but not that wait: 100 items over 101 partitions lock most
+# of them, so such pushes sent alone ran one after the other in PostgreSQL, one commit each, and filled
+# the pool while the pops waited for a connection (consumers delivered 0.6 of what was pushed, the rest
+# piled up: e2e p99 18 s). Gathered, up to five share a commit: the same row pushed 0.8x as much and
+# delivered all of it (e2e p99 0.36 s, push p99 0.31 s against 0.42-0.47; docs/performance.md "Push").
 COALESCE_REQUEST_ITEMS = 20
+COALESCE_PUSH_ITEMS = 100
 COALESCE_INFLIGHT = 2
 COALESCE_PUSH_PER_TENANT = 1
 COALESCE_CALL_ITEMS = 500
@@ -163,7 +169,7 @@ class LogService:
             return []
         self.b.require_pool()
         await limits.admit(self.b, principal, "push", len(items))
-        if len(items) <= COALESCE_REQUEST_ITEMS:
+        if len(items) <= COALESCE_PUSH_ITEMS:
             rows = await self._push_small(principal, items)
         else:
             rows = await self._push_alone(principal, items)
@@ -171,8 +177,10 @@ class LogService:
 
     async def _push_small(self, principal: Principal, items: list[PushItem]) -> list[dict[str, Any]]:
         """A push that shares a call with the tenant's other small pushes: on the worker that owns the
-        tenant (handed over when that is another one), or here when the owner did not take it."""
-        owner = self.lanes.owner(principal.tenant) if self.lanes is not None else None
+        tenant (handed over when that is another one, for at most COALESCE_REQUEST_ITEMS items), or here
+        when the owner did not take it."""
+        owner = (self.lanes.owner(principal.tenant)
+                 if self.lanes is not None and len(items) <= COALESCE_REQUEST_ITEMS else None)
         if owner is not None:
             try:
                 return await owner.push(principal, items)
