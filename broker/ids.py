@@ -54,8 +54,8 @@ def uuid7_many(n: int) -> list[uuid.UUID]:
     millisecond, the sequence counting up and borrowing the next millisecond past 4,096), with one read
     of the random source for all of them and the sequence advanced once per run of one millisecond, not
     once per id. They are asyncpg's own UUID objects (a ``uuid.UUID`` subclass, built from 16 bytes in C,
-    which asyncpg writes to the wire as they are): a 100-item push spent 250 us minting its ids one by
-    one, 45 this way (docs/performance.md, "Push")."""
+    which asyncpg writes to the wire as they are): a 100-item push spent 215 us minting its ids one by
+    one, 40 this way (docs/performance.md, "Push")."""
     global _last_ms, _seq
     if n <= 0:
         return []

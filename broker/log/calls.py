@@ -47,7 +47,7 @@ class Push:
         """The optional columns go as NULL when no item has a value: the function reads its arrays with
         one multi-argument ``unnest``, which pads a NULL array with NULLs, and asyncpg then encodes no
         elements for them (it type-checks every element it sends: 1,000 of them for a 100-item push,
-        a sixth of its client cost, docs/performance.md "Push")."""
+        about a fifth of its client cost, docs/performance.md "Push")."""
         head = (self.tenant, self.plain, self.queues, self.partitions, self.ids, self.txns, _or_null(self.traces),
                 self.payloads, self.codecs, _or_null(self.key_ids), _or_null(self.subs), _or_null(self.deadline_ms))
         return head if self.meter_period_s is None else (*head, self.meter_period_s)

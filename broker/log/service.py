@@ -53,8 +53,9 @@ LISTEN_SLACK_S = 10.0
 # A 100-item push amortises its statement, but not that wait: 100 items over 101 partitions lock most
 # of them, so such pushes sent alone ran one after the other in PostgreSQL, one commit each, and filled
 # the pool while the pops waited for a connection (consumers delivered 0.6 of what was pushed, the rest
-# piled up: e2e p99 18 s). Gathered, up to five share a commit: the same row pushed 0.8x as much and
-# delivered all of it (e2e p99 0.36 s, push p99 0.31 s against 0.42-0.47; docs/performance.md "Push").
+# piled up: e2e p99 18-28 s). Gathered, up to five share a commit: the bench's batch_100 row pushed as
+# much (28-30k msg/s against 26-33k) and delivered all of it within the run (e2e p99 0.38-0.46 s, push
+# p99 0.31-0.36 s against 0.51-0.88; docs/performance.md "Push").
 COALESCE_REQUEST_ITEMS = 20
 COALESCE_PUSH_ITEMS = 100
 COALESCE_INFLIGHT = 2
