@@ -10,7 +10,7 @@ one-message producers over 2 partitions: 2,963 and 2,673 msg/s with the producer
 1,815 and 1,566 split 14/6 and 12/8, and 1,677 with ONE producer of 20 on the other worker.
 
 What. The tenant's owner is ``crc32(tenant) % workers``. A worker that is not the owner sends a push it
-would coalesce (at most ``COALESCE_REQUEST_ITEMS`` items; bigger ones already amortise their call) over
+would coalesce (at most ``COALESCE_REQUEST_ITEMS`` items; bigger ones are written where they arrive) over
 a Unix socket to the owner, which submits it to its own push coalescer, as if it had arrived there,
 and sends the rows (or the error) back. Admission (quotas, rates) stays with the worker that took the
 request. The sockets live in a directory the supervisor creates (mode 0700) for the broker's lifetime.

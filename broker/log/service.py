@@ -83,7 +83,7 @@ def _ids(items: list[PushItem]) -> list[uuid.UUID]:
     """Message ids: the client's (a binary push with frames mints them) or fresh ones, minted together
     in item order."""
     fresh = iter(uuid7_many(sum(1 for it in items if it.message_id is None)))
-    return [it.message_id or next(fresh) for it in items]
+    return [it.message_id if it.message_id is not None else next(fresh) for it in items]
 
 
 class LogService:
