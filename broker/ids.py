@@ -23,26 +23,28 @@ _last_ms = 0
 _seq = 0
 
 
-def _unpack_u64(raw: bytes, n: int) -> tuple[int, ...]:
-    return struct.unpack_from(f">{n}Q", raw)
+def _advance(ms: int, start: int) -> None:
+    """Move the clock and sequence to the next id's, minted at Unix millisecond ``ms``; ``start`` (10
+    random bits) is where a new millisecond's count begins."""
+    global _last_ms, _seq
+    if ms > _last_ms:
+        _last_ms, _seq = ms, start  # a random start in the lower quarter leaves room to count
+    elif _seq < _SEQ_MAX:
+        _seq += 1  # same millisecond (or the clock stepped back): count up
+    else:
+        _last_ms, _seq = _last_ms + 1, 0  # 4,096 ids in one millisecond: borrow the next one
+
+
+def _high() -> int:
+    """The current id's upper 64 bits: the millisecond, version 7, the sequence (rand_a)."""
+    return ((_last_ms & _MS_MASK) << 16) | (0x7 << 12) | _seq
 
 
 def _next(rand: int, ms: int) -> int:
     """The next id as an integer, minted at Unix millisecond ``ms`` from 72 random bits (62 for rand_b,
     10 for a sequence start)."""
-    global _last_ms, _seq
-    if ms > _last_ms:
-        _last_ms, _seq = ms, rand >> 62  # a random start in the lower quarter leaves room to count
-    elif _seq < _SEQ_MAX:
-        _seq += 1  # same millisecond (or the clock stepped back): count up
-    else:
-        _last_ms, _seq = _last_ms + 1, 0  # 4,096 ids in one millisecond: borrow the next one
-    value = (_last_ms & _MS_MASK) << 80
-    value |= 0x7 << 76  # version 7
-    value |= _seq << 64  # rand_a: the sequence
-    value |= _VARIANT
-    value |= rand & _RAND_B  # rand_b, 62 bits
-    return value
+    _advance(ms, rand >> 62)
+    return (_high() << 64) | _VARIANT | (rand & _RAND_B)
 
 
 def uuid7() -> uuid.UUID:
@@ -56,26 +58,21 @@ def uuid7_many(n: int) -> list[uuid.UUID]:
     once per id. They are asyncpg's own UUID objects (a ``uuid.UUID`` subclass, built from 16 bytes in C,
     which asyncpg writes to the wire as they are): a 100-item push spent 215 us minting its ids one by
     one, 40 this way (docs/performance.md, "Push")."""
-    global _last_ms, _seq
+    global _seq
     if n <= 0:
         return []
     ms = time.time_ns() // 1_000_000
     raw = os.urandom(8 * n + 2)
-    lows = _unpack_u64(raw, n)
+    lows = struct.unpack_from(f">{n}Q", raw)
     start = int.from_bytes(raw[-2:], "big") >> 6  # 10 random bits: where a new millisecond's count starts
     out: list[uuid.UUID] = []
     done = 0
     while done < n:
-        if ms > _last_ms:  # what _next does for the first id of a new millisecond
-            _last_ms, _seq = ms, start
-        elif _seq < _SEQ_MAX:
-            _seq += 1
-        else:
-            _last_ms, _seq = _last_ms + 1, 0
+        _advance(ms, start)  # the run's first id, as _next mints it
         run = min(n - done, _SEQ_MAX - _seq + 1)  # ids left in this millisecond's sequence
-        high = ((_last_ms & _MS_MASK) << 16) | (0x7 << 12) | _seq  # time, version 7, sequence (rand_a)
+        high = _high()
         out.extend(_PgUUID(_pack_u64x2(high + k, (lows[done + k] & _RAND_B) | _VARIANT)) for k in range(run))
-        _seq += run - 1
+        _seq += run - 1  # the rest of the run counted at once
         done += run
     return out
 
